@@ -1,0 +1,1 @@
+"""Engines: the ``Engine`` protocol, its implementations, and pools of replicas."""

@@ -1,0 +1,208 @@
+"""llama.cpp in this process (GGUF on CPU): the embedded default engine.
+
+A ``Llama`` object is not safe for concurrent use, so each engine owns one model
+and one worker thread; requests queue on an asyncio lock and tokens cross back to
+the event loop through ``call_soon_threadsafe``. Cancelling the stream sets a flag
+the worker checks between tokens, and the lock is released only after the worker
+has stopped, so the next request never shares the model with a dying one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import threading
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from backends.base import Chunk, EngineCounters, EngineLoad, GenerationRequest, Usage
+from backends.errors import EngineOverloaded, EngineUnavailable, UpstreamFailed, UpstreamRejected
+
+_DONE = object()
+
+
+def resolve_model_path(model_path: str) -> str:
+    """``pkg:NAME/FILE`` finds FILE inside an installed package without importing it."""
+    if not model_path.startswith("pkg:"):
+        return model_path
+    package, _, file = model_path[4:].partition("/")
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise EngineUnavailable(f"package {package!r} is not installed (model {model_path})")
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    if file:
+        return str(folder / file)
+    found = sorted(folder.glob("*.gguf"))
+    if not found:
+        raise EngineUnavailable(f"no .gguf file in package {package!r}")
+    return str(found[0])
+
+
+class LlamaCppEngine:
+    def __init__(
+        self,
+        *,
+        name: str,
+        model: str,
+        model_path: str,
+        n_ctx: int = 2048,
+        n_threads: int | None = None,
+        n_batch: int = 256,
+        max_waiting: int = 64,
+        default_max_tokens: int = 256,
+    ) -> None:
+        self.name = name
+        self.model = model
+        self.counters = EngineCounters()
+        self.model_path = model_path
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads
+        self.n_batch = n_batch
+        self.max_waiting = max_waiting
+        self.default_max_tokens = default_max_tokens
+        self._llama: Any = None
+        self._formatter: Any = None
+        self._lock = asyncio.Lock()
+        self._waiting = 0
+        self._running = 0
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"llama-{name}")
+
+    async def start(self) -> None:
+        path = resolve_model_path(self.model_path)
+        loop = asyncio.get_running_loop()
+        self._llama, self._formatter = await loop.run_in_executor(
+            self._executor, self._load, path
+        )
+
+    def _load(self, path: str) -> tuple[Any, Any]:
+        from llama_cpp import Llama
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        llama = Llama(
+            model_path=path,
+            n_ctx=self.n_ctx,
+            n_threads=self.n_threads,
+            n_batch=self.n_batch,
+            verbose=False,
+        )
+        template = llama.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise EngineUnavailable(f"{path} carries no chat template")
+        eos = llama.detokenize([llama.token_eos()]).decode(errors="ignore")
+        bos = llama.detokenize([llama.token_bos()]).decode(errors="ignore")
+        return llama, Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
+
+    async def aclose(self) -> None:
+        async with self._lock:
+            llama, self._llama = self._llama, None
+            if llama is not None:
+                await asyncio.get_running_loop().run_in_executor(self._executor, llama.close)
+        self._executor.shutdown(wait=False)
+
+    def load(self) -> EngineLoad:
+        return EngineLoad(
+            running=self._running, waiting=self._waiting, healthy=self._llama is not None
+        )
+
+    def render(self, request: GenerationRequest) -> tuple[str, tuple[str, ...]]:
+        """The prompt text exactly as the model sees it, and the template's stop strings."""
+        if request.prompt is not None:
+            return request.prompt, ()
+        if request.tools:
+            raise UpstreamRejected("the llamacpp backend does not support tools", status=400)
+        rendered = self._formatter(messages=[dict(m) for m in request.messages or ()])
+        stops = rendered.stop if isinstance(rendered.stop, list) else [rendered.stop]
+        return rendered.prompt, tuple(s for s in stops if s)
+
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
+        if self._llama is None:
+            raise EngineUnavailable(f"{self.name} is not loaded")
+        if self._waiting >= self.max_waiting:
+            raise EngineOverloaded(f"{self.name} has {self._waiting} requests waiting")
+        prompt, template_stops = self.render(request)
+        self._waiting += 1
+        try:
+            await self._lock.acquire()
+        finally:
+            self._waiting -= 1
+        self._running += 1
+        self.counters.started += 1
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[object] = asyncio.Queue()
+        cancel = threading.Event()
+        job = loop.run_in_executor(
+            self._executor, self._generate, request, prompt, template_stops, queue, loop, cancel
+        )
+        finished = False
+        try:
+            while True:
+                item = await queue.get()
+                if item is _DONE:
+                    break
+                if isinstance(item, BaseException):
+                    raise UpstreamFailed(f"llama.cpp failed: {item}") from item
+                assert isinstance(item, Chunk)
+                if item.finish_reason is not None:
+                    finished = True
+                yield item
+        finally:
+            cancel.set()
+            # The model is free again only once the worker has returned.
+            await asyncio.shield(job)
+            self._running -= 1
+            if finished:
+                self.counters.finished += 1
+            else:
+                self.counters.aborted += 1
+            self._lock.release()
+
+    def _generate(
+        self,
+        request: GenerationRequest,
+        prompt: str,
+        template_stops: tuple[str, ...],
+        queue: asyncio.Queue[object],
+        loop: asyncio.AbstractEventLoop,
+        cancel: threading.Event,
+    ) -> None:
+        """Runs on the engine's thread; pushes ``Chunk``s, then ``_DONE``."""
+        put = queue.put_nowait
+        try:
+            llama = self._llama
+            prompt_tokens = len(llama.tokenize(prompt.encode(), add_bos=False, special=True))
+            sampling = request.sampling
+            max_tokens = sampling.max_tokens or self.default_max_tokens
+            max_tokens = max(1, min(max_tokens, self.n_ctx - prompt_tokens))
+            if sampling.seed is not None:
+                llama.set_seed(sampling.seed)
+            pieces: list[str] = []
+            finish = "stop"
+            for part in llama.create_completion(
+                prompt=prompt,
+                max_tokens=max_tokens,
+                temperature=0.8 if sampling.temperature is None else sampling.temperature,
+                top_p=1.0 if sampling.top_p is None else sampling.top_p,
+                seed=sampling.seed,
+                stop=list(sampling.stop + template_stops) or None,
+                stream=True,
+            ):
+                if cancel.is_set():
+                    return
+                choice = part["choices"][0]
+                text = choice.get("text") or ""
+                if text:
+                    pieces.append(text)
+                    self.counters.generated_tokens += 1
+                    loop.call_soon_threadsafe(put, Chunk(text=text))
+                if choice.get("finish_reason"):
+                    finish = choice["finish_reason"]
+            text = "".join(pieces)
+            completion_tokens = len(llama.tokenize(text.encode(), add_bos=False)) if text else 0
+            usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+            loop.call_soon_threadsafe(put, Chunk(finish_reason=finish, usage=usage))
+        except (RuntimeError, ValueError) as exc:
+            loop.call_soon_threadsafe(put, exc)
+        finally:
+            loop.call_soon_threadsafe(put, _DONE)

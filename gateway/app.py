@@ -1,0 +1,99 @@
+"""The application: a lifespan that builds (and closes) everything, and the route table.
+
+Nothing is built at import time; ``create_app(config)`` is cheap and pure, the
+lifespan does the work, and the app is frozen once started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from backends.pool import EnginePool, Replica
+from backends.registry import build_engine
+from gateway.errors import ApiError
+from gateway.routes import chat, completions, health, models
+from gateway.state import GatewayState
+from policies.schema import GatewayConfig
+from policies.store import open_store
+from policies.tenants import KeyRing
+
+log = logging.getLogger(__name__)
+
+
+async def build_state(config: GatewayConfig) -> GatewayState:
+    store = open_store(config.redis_url)
+    replicas: dict[str, list[Replica]] = {}
+    for name, spec in config.engines.items():
+        max_inflight = int(spec.options.get("max_inflight", 256))
+        options = {k: v for k, v in spec.options.items() if k != "max_inflight"}
+        replicas[name] = [
+            Replica(build_engine(spec.backend, f"{name}-{i}", spec.model, options), max_inflight)
+            for i in range(spec.replicas)
+        ]
+    engines = [r.engine for group in replicas.values() for r in group]
+    await asyncio.gather(*(engine.start() for engine in engines))
+    pools = {
+        tier_name: EnginePool(tier_name, [r for e in tier.engines for r in replicas[e]])
+        for tier_name, tier in config.tiers.items()
+    }
+    return GatewayState(
+        config=config,
+        keyring=KeyRing.from_config(config),
+        store=store,
+        replicas=replicas,
+        pools=pools,
+    )
+
+
+async def close_state(state: GatewayState) -> None:
+    engines = [r.engine for group in state.replicas.values() for r in group]
+    await asyncio.gather(*(engine.aclose() for engine in engines), return_exceptions=True)
+    await state.store.aclose()
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return exc.response()
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    error = ApiError(str(exc.detail), code="not_found" if exc.status_code == 404 else None)
+    error.status, error.type = exc.status_code, "invalid_request_error"
+    return error.response(dict(exc.headers or {}))
+
+
+def create_app(config: GatewayConfig) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state = await build_state(config)
+        app.state.tiergate = state
+        state.ready = True
+        # Long-lived startup objects leave the GC's young generations: shorter pauses later.
+        gc.collect()
+        gc.freeze()
+        log.info("tiergate ready: tiers %s, store %s", list(state.pools), state.store.kind)
+        try:
+            yield
+        finally:
+            state.ready = False
+            await close_state(state)
+
+    app = FastAPI(title="tiergate", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_route("/v1/chat/completions", chat.chat_completions, methods=["POST"])
+    app.add_route("/v1/completions", completions.completions, methods=["POST"])
+    app.add_route("/v1/models", models.list_models, methods=["GET"])
+    app.add_route("/healthz", health.healthz, methods=["GET"])
+    app.add_route("/readyz", health.readyz, methods=["GET"])
+    return app

@@ -1,0 +1,106 @@
+"""``tiergate`` (also ``python -m gateway``): serve, check-config, and the routing tools."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from gateway.settings import get_settings
+from policies.loader import ConfigError, load_config
+from policies.schema import GatewayConfig
+
+
+def load_effective_config(path: Path | None) -> GatewayConfig:
+    """The YAML file, then ``TIERGATE_*`` environment overrides on top."""
+    settings = get_settings()
+    config = load_config(path or settings.config)
+    updates: dict[str, object] = {}
+    if settings.redis_url is not None:
+        updates["redis_url"] = settings.redis_url or None
+    server: dict[str, object] = {}
+    if settings.host is not None:
+        server["host"] = settings.host
+    if settings.port is not None:
+        server["port"] = settings.port
+    if server:
+        updates["server"] = config.server.model_copy(update=server)
+    return config.model_copy(update=updates) if updates else config
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.app import create_app
+
+    started = time.perf_counter()
+    try:
+        config = load_effective_config(args.config)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    host = args.host or config.server.host
+    port = args.port if args.port is not None else config.server.port
+    app = create_app(config)
+    logging.getLogger("gateway").info("config loaded in %.2fs", time.perf_counter() - started)
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=get_settings().log_level,
+        access_log=args.access_log,
+        loop="auto",
+        http="auto",
+        timeout_graceful_shutdown=10,
+    )
+    return 0
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    failed = False
+    for path in args.files:
+        try:
+            config = load_config(path)
+        except ConfigError as exc:
+            failed = True
+            for problem in exc.problems:
+                print(problem, file=sys.stderr)
+            continue
+        tiers = ", ".join(config.tiers)
+        print(f"{path}: ok ({len(config.engines)} engines, tiers {tiers}, "
+              f"{len(config.tenants)} tenants)")
+    return 1 if failed else 0
+
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tiergate", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the gateway")
+    serve.add_argument("--config", type=Path, default=None,
+                       help="YAML config (default: $TIERGATE_CONFIG or config/gateway.yaml)")
+    serve.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=None, help="port (default 8000)")
+    serve.add_argument("--access-log", action="store_true", help="log every request")
+    serve.set_defaults(func=cmd_serve)
+
+    check = sub.add_parser("check-config", help="validate YAML config files")
+    check.add_argument("files", nargs="+", type=Path)
+    check.set_defaults(func=cmd_check_config)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(
+        level=get_settings().log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    args = build_parser().parse_args(argv)
+    func: Command = args.func
+    return func(args)

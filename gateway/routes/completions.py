@@ -1,0 +1,69 @@
+"""``POST /v1/completions`` (legacy text completions)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from backends.base import Chunk, GenerationRequest, SamplingParams
+from gateway.errors import InvalidRequest
+from gateway.http import authenticate, read_body
+from gateway.respond import respond
+from gateway.serving import Execution, new_request_id, route
+from gateway.state import get_state
+from gateway.wire import completions as wire
+from gateway.wire.chat import usage_chunk_body
+from gateway.wire.common import parse_body
+
+DEFAULT_MAX_TOKENS = 16  # OpenAI's default for this endpoint
+
+
+def to_generation(body: wire.CompletionRequest) -> GenerationRequest:
+    try:
+        prompt = body.prompt_text()
+    except ValueError as exc:
+        raise InvalidRequest(str(exc), param="prompt") from None
+    return GenerationRequest(
+        request_id=new_request_id("cmpl"),
+        model=body.model,
+        sampling=SamplingParams(
+            max_tokens=body.max_tokens or DEFAULT_MAX_TOKENS,
+            temperature=body.temperature,
+            top_p=body.top_p,
+            seed=body.seed,
+            stop=body.stop_tuple(),
+        ),
+        prompt=prompt,
+    )
+
+
+async def completions(request: Request) -> Response:
+    state = get_state(request)
+    principal = authenticate(request, state)
+    raw = await read_body(request, state.config.server.max_body_bytes)
+    body = parse_body(wire.CompletionRequest, raw)
+    routed = route(
+        state, principal, body.model, to_generation(body),
+        stream=body.stream, include_usage=body.include_usage,
+    )
+    return await respond(request, Execution(state, routed), _whole, _streamed)
+
+
+def _whole(run: Execution, text: str, final: Chunk) -> dict[str, Any]:
+    routed = run.routed
+    return wire.completion_body(routed.request_id, run.outcome.model, routed.created, text, final)
+
+
+async def _streamed(run: Execution) -> AsyncIterator[dict[str, Any]]:
+    rid, created, model = run.routed.request_id, run.routed.created, run.outcome.model
+    async for chunk in run.chunks():
+        if chunk.text:
+            yield wire.chunk_body(rid, model, created, chunk.text)
+        if chunk.finish_reason is not None:
+            yield wire.chunk_body(rid, model, created, "", chunk.finish_reason)
+            if run.routed.include_usage and chunk.usage is not None:
+                usage = usage_chunk_body(rid, model, created, chunk.usage)
+                yield {**usage, "object": "text_completion"}

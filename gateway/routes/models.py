@@ -1,0 +1,32 @@
+"""``GET /v1/models``: every tier name and every configured model id."""
+
+from __future__ import annotations
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.http import authenticate
+from gateway.state import get_state
+
+CREATED = 1_700_000_000
+
+
+async def list_models(request: Request) -> Response:
+    state = get_state(request)
+    authenticate(request, state)
+    config = state.config
+    entries = [
+        {"id": "auto", "object": "model", "created": CREATED, "owned_by": "tiergate",
+         "tiergate": {"kind": "router", "tiers": list(config.tiers)}},
+    ]
+    for tier_name, tier in config.tiers.items():
+        models = sorted({config.engines[e].model for e in tier.engines})
+        entries.append({"id": tier_name, "object": "model", "created": CREATED,
+                        "owned_by": "tiergate", "tiergate": {"kind": "tier", "models": models}})
+    for model in config.models():
+        entries.append({"id": model, "object": "model", "created": CREATED,
+                        "owned_by": "tiergate",
+                        "tiergate": {"kind": "model", "tier": config.tier_of_model(model)}})
+    return Response(orjson.dumps({"object": "list", "data": entries}),
+                    media_type="application/json")

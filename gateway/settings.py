@@ -1,0 +1,25 @@
+"""Process settings from the environment (``TIERGATE_*``); the YAML holds the policy."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "gateway.yaml"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TIERGATE_", frozen=True)
+
+    config: Path = DEFAULT_CONFIG
+    host: str | None = None
+    port: int | None = None
+    redis_url: str | None = None
+    log_level: str = "info"
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,28 @@
+"""What the lifespan builds and the routes use, in one typed object."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from starlette.requests import Request
+
+from backends.pool import EnginePool, Replica
+from policies.schema import GatewayConfig
+from policies.store import Store
+from policies.tenants import KeyRing
+
+
+@dataclass(slots=True)
+class GatewayState:
+    config: GatewayConfig
+    keyring: KeyRing
+    store: Store
+    replicas: dict[str, list[Replica]]
+    pools: dict[str, EnginePool]
+    ready: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def get_state(request: Request) -> GatewayState:
+    state: GatewayState = request.app.state.tiergate
+    return state

@@ -1,0 +1,1 @@
+"""OpenAI wire models, one module per endpoint family."""

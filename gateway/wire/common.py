@@ -1,0 +1,71 @@
+"""Pieces shared by the chat and completions wire models."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, TypeVar
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from gateway.errors import InvalidRequest
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    include_usage: bool = False
+
+
+class SamplingFields(BaseModel):
+    """Fields both endpoints share; unknown fields are accepted and logged at debug."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    model: str = Field(min_length=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = Field(1, ge=1, le=1)
+    stop: str | list[str] | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    seed: int | None = None
+    user: str | None = None
+
+    @model_validator(mode="after")
+    def _log_unknown(self) -> SamplingFields:
+        if self.model_extra:
+            log.debug("ignoring unknown request fields: %s", sorted(self.model_extra))
+        return self
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+    def stop_tuple(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+
+def parse_body(model: type[M], raw: bytes) -> M:
+    """Decode and validate a request body; a failure names the offending ``param``."""
+    try:
+        data: Any = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"the body is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InvalidRequest("the body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = [str(p) for p in first["loc"]]
+        param = ".".join(loc[:1] + [f"[{p}]" if p.isdigit() else p for p in loc[1:]])
+        raise InvalidRequest(
+            f"{param or 'body'}: {first['msg']}", param=param or None, code="invalid_value"
+        ) from exc

@@ -1,0 +1,127 @@
+"""The config file, validated once into frozen models; code reads attributes, never dicts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+DEFAULT_TIERS = ("small", "medium", "large")
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ServerConfig(Frozen):
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    max_body_bytes: int = Field(4 * 1024 * 1024, gt=0)
+    request_timeout_s: float = Field(600.0, gt=0)
+
+
+class EngineSpec(Frozen):
+    """One engine definition; ``replicas`` copies of it are built."""
+
+    backend: str
+    model: str
+    replicas: int = Field(1, ge=1, le=64)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class TierSpec(Frozen):
+    engines: tuple[str, ...] = Field(min_length=1)
+    fallback: str | None = None
+
+
+class Price(Frozen):
+    """USD per million tokens."""
+
+    input: float = Field(ge=0)
+    cached_input: float | None = Field(None, ge=0)
+    output: float = Field(ge=0)
+
+    def cost(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> float:
+        cached_rate = self.input if self.cached_input is None else self.cached_input
+        uncached = max(prompt_tokens - cached_tokens, 0)
+        return (
+            uncached * self.input + cached_tokens * cached_rate + completion_tokens * self.output
+        ) / 1_000_000
+
+
+class ApiKey(Frozen):
+    id: str
+    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+    from_env: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ApiKey:
+        if (self.sha256 is None) == (self.from_env is None):
+            raise ValueError("give exactly one of sha256 or from_env")
+        return self
+
+
+class TenantSpec(Frozen):
+    keys: tuple[ApiKey, ...] = Field(min_length=1)
+    default_tier: str = "small"
+    allowed_tiers: tuple[str, ...] | None = None
+
+
+class RoutingConfig(Frozen):
+    thresholds: tuple[float, float] = (0.3, 0.7)
+    default_tier: str = "small"
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RoutingConfig:
+        low, high = self.thresholds
+        if not 0.0 <= low <= high <= 1.0:
+            raise ValueError("thresholds must satisfy 0 <= low <= high <= 1")
+        return self
+
+
+class AdminConfig(Frozen):
+    key_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+    key_from_env: str | None = "TIERGATE_ADMIN_KEY"
+
+
+class GatewayConfig(Frozen):
+    server: ServerConfig = ServerConfig()
+    redis_url: str | None = None
+    engines: dict[str, EngineSpec] = Field(min_length=1)
+    tiers: dict[str, TierSpec] = Field(min_length=1)
+    prices: dict[str, Price] = Field(default_factory=dict)
+    tenants: dict[str, TenantSpec] = Field(default_factory=dict)
+    routing: RoutingConfig = RoutingConfig()
+    admin: AdminConfig = AdminConfig()
+
+    @model_validator(mode="after")
+    def _references(self) -> GatewayConfig:
+        problems: list[str] = []
+        for tier_name, tier in self.tiers.items():
+            for engine in tier.engines:
+                if engine not in self.engines:
+                    problems.append(f"tier {tier_name!r} names unknown engine {engine!r}")
+            if tier.fallback is not None and tier.fallback not in self.tiers:
+                problems.append(f"tier {tier_name!r} falls back to unknown tier {tier.fallback!r}")
+        if self.routing.default_tier not in self.tiers:
+            problems.append(f"routing.default_tier {self.routing.default_tier!r} is not a tier")
+        for tenant_name, tenant in self.tenants.items():
+            for tier_name in (tenant.default_tier, *(tenant.allowed_tiers or ())):
+                if tier_name not in self.tiers:
+                    problems.append(f"tenant {tenant_name!r} names unknown tier {tier_name!r}")
+        for spec in self.engines.values():
+            if spec.model not in self.prices:
+                problems.append(f"model {spec.model!r} has no entry in prices")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def tier_of_model(self, model: str) -> str | None:
+        """The first tier (in file order) whose pool serves ``model``."""
+        for tier_name, tier in self.tiers.items():
+            if any(self.engines[e].model == model for e in tier.engines):
+                return tier_name
+        return None
+
+    def models(self) -> list[str]:
+        return sorted({spec.model for spec in self.engines.values()})

@@ -1,0 +1,57 @@
+"""API keys and the tenants they belong to; keys are held only as SHA-256 digests."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import secrets
+from dataclasses import dataclass
+
+from policies.schema import GatewayConfig, TenantSpec
+
+log = logging.getLogger(__name__)
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: the tenant, its policy and the id of the key used."""
+
+    tenant: str
+    key_id: str
+    policy: TenantSpec
+
+
+class KeyRing:
+    def __init__(self, by_digest: dict[str, Principal]) -> None:
+        self._by_digest = by_digest
+
+    @classmethod
+    def from_config(cls, config: GatewayConfig) -> KeyRing:
+        """``from_env`` keys are read now; an unset variable gets a random key, shown once."""
+        by_digest: dict[str, Principal] = {}
+        for tenant_name, tenant in config.tenants.items():
+            for key in tenant.keys:
+                digest = key.sha256
+                if key.from_env is not None:
+                    raw = os.environ.get(key.from_env)
+                    if not raw:
+                        raw = "tg-" + secrets.token_urlsafe(24)
+                        os.environ[key.from_env] = raw
+                        print(
+                            f"tiergate: {key.from_env} is unset; key for tenant "
+                            f"{tenant_name!r} ({key.id}) is {raw}",
+                            flush=True,
+                        )
+                    digest = hash_key(raw)
+                assert digest is not None
+                by_digest[digest] = Principal(tenant_name, key.id, tenant)
+        return cls(by_digest)
+
+    def authenticate(self, raw_key: str) -> Principal | None:
+        # Lookup by digest: timing reveals at most a prefix of a hash, never of a key.
+        return self._by_digest.get(hash_key(raw_key))

@@ -1,0 +1,1 @@
+"""Routing: the embedder, the complexity classifier and the tier decision."""

@@ -1,0 +1,85 @@
+"""Config validation: every problem with file, line and field; the shipped files pass."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from policies.loader import ConfigError, load_config, parse_config
+from tests.support import PYTHON, REPO, subprocess_env
+
+SHIPPED = [REPO / "config" / "gateway.yaml", *sorted((REPO / "config" / "examples").glob("*.yaml"))]
+
+BAD = """\
+engines:
+  a:
+    backend: fake
+    model: m
+    replicas: 0
+tiers:
+  small:
+    engines: [a]
+    fallback: nowhere
+prices:
+  m: {input: -1, output: 1}
+routing:
+  thresholds: [0.8, 0.2]
+  colour: blue
+"""
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_shipped_configs_validate(path: Path) -> None:
+    config = load_config(path)
+    assert list(config.tiers)[:3] == ["small", "medium", "large"]
+
+
+def test_problems_name_file_line_and_field() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(BAD, "bad.yaml")
+    found = {(p.field, p.line) for p in info.value.problems}
+    assert ("engines.a.replicas", 5) in found
+    assert ("prices.m.input", 11) in found
+    assert ("routing.colour", 14) in found
+    assert all(p.file == "bad.yaml" for p in info.value.problems)
+
+
+def test_cross_references_are_checked() -> None:
+    text = BAD.replace("replicas: 0", "replicas: 1").replace("input: -1", "input: 1")
+    text = text.replace("  colour: blue\n", "").replace("[0.8, 0.2]", "[0.2, 0.8]")
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, "refs.yaml")
+    assert "falls back to unknown tier 'nowhere'" in str(info.value)
+
+
+def test_invalid_yaml_has_a_line() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config("engines:\n  a: [\n", "broken.yaml")
+    assert info.value.problems[0].line is not None
+
+
+def test_check_config_cli(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BAD)
+    run = subprocess.run(
+        [PYTHON, "-m", "gateway", "check-config", str(bad)],
+        capture_output=True, text=True, env=subprocess_env(), cwd=REPO, check=False,
+    )
+    assert run.returncode == 1
+    assert f"{bad}:5: engines.a.replicas:" in run.stderr
+    good = subprocess.run(
+        [PYTHON, "-m", "gateway", "check-config", *map(str, SHIPPED)],
+        capture_output=True, text=True, env=subprocess_env(), cwd=REPO, check=False,
+    )
+    assert good.returncode == 0, good.stderr
+    assert good.stdout.count(": ok (") == len(SHIPPED)
+
+
+def test_env_references_expand(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TG_TEST_URL", "redis://example:1/2")
+    text = "redis_url: ${TG_TEST_URL}\n" + BAD.split("routing:")[0].replace(
+        "replicas: 0", "replicas: 1").replace("input: -1", "input: 1").replace(
+        "    fallback: nowhere\n", "")
+    assert parse_config(text).redis_url == "redis://example:1/2"
