@@ -1,11 +1,11 @@
 """Exceptions an engine may raise; backends map their library's errors to these once.
 
-    EngineError
-    ├── EngineOverloaded      the replica cannot take the request now (retry elsewhere)
-    ├── EngineUnavailable     the replica is dead or not started
-    ├── UpstreamTimeout       a remote provider did not answer in time
-    ├── UpstreamRejected      a remote provider refused the request (bad input)
-    └── UpstreamFailed        any other failure of the engine or provider
+EngineError
+├── EngineOverloaded      the replica cannot take the request now (retry elsewhere)
+├── EngineUnavailable     the replica is dead or not started
+├── UpstreamTimeout       a remote provider did not answer in time
+├── UpstreamRejected      a remote provider refused the request (bad input)
+└── UpstreamFailed        any other failure of the engine or provider
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ class FakeEngine:
         digest = hashlib.sha256(
             f"{_prompt_text(request)}|{request.sampling.seed}".encode()
         ).hexdigest()
-        return [f" w{digest[i % 60:i % 60 + 4]}" for i in range(self.tokens)]
+        return [f" w{digest[i % 60 : i % 60 + 4]}" for i in range(self.tokens)]
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
         if self.dead:

@@ -72,9 +72,7 @@ class LlamaCppEngine:
     async def start(self) -> None:
         path = resolve_model_path(self.model_path)
         loop = asyncio.get_running_loop()
-        self._llama, self._formatter = await loop.run_in_executor(
-            self._executor, self._load, path
-        )
+        self._llama, self._formatter = await loop.run_in_executor(self._executor, self._load, path)
 
     def _load(self, path: str) -> tuple[Any, Any]:
         from llama_cpp import Llama

@@ -32,7 +32,5 @@ def factory(backend: str) -> EngineFactory:
     return built
 
 
-def build_engine(
-    backend: str, name: str, model: str, options: Mapping[str, Any]
-) -> Engine:
+def build_engine(backend: str, name: str, model: str, options: Mapping[str, Any]) -> Engine:
     return factory(backend)(name=name, model=model, **options)

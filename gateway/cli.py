@@ -70,8 +70,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
                 print(problem, file=sys.stderr)
             continue
         tiers = ", ".join(config.tiers)
-        print(f"{path}: ok ({len(config.engines)} engines, tiers {tiers}, "
-              f"{len(config.tenants)} tenants)")
+        print(
+            f"{path}: ok ({len(config.engines)} engines, tiers {tiers}, "
+            f"{len(config.tenants)} tenants)"
+        )
     return 1 if failed else 0
 
 
@@ -83,8 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the gateway")
-    serve.add_argument("--config", type=Path, default=None,
-                       help="YAML config (default: $TIERGATE_CONFIG or config/gateway.yaml)")
+    serve.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="YAML config (default: $TIERGATE_CONFIG or config/gateway.yaml)",
+    )
     serve.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="port (default 8000)")
     serve.add_argument("--access-log", action="store_true", help="log every request")

@@ -1,16 +1,16 @@
 """Errors the client sees, in OpenAI's shape, and the one place engine errors map to them.
 
-    ApiError (status, type, code, param)
-    ├── InvalidRequest      400 invalid_request_error
-    ├── InvalidApiKey       401 invalid_api_key
-    ├── PermissionDenied    403 permission_denied
-    ├── ModelNotFound       404 model_not_found
-    ├── PayloadTooLarge     413 request_too_large
-    ├── RateLimited         429 rate_limit_exceeded / insufficient_quota
-    ├── Overloaded          503 overloaded (with Retry-After)
-    ├── ServiceUnavailable  503 (budget store down, not ready)
-    ├── UpstreamError       502
-    └── GatewayTimeout      504
+ApiError (status, type, code, param)
+├── InvalidRequest      400 invalid_request_error
+├── InvalidApiKey       401 invalid_api_key
+├── PermissionDenied    403 permission_denied
+├── ModelNotFound       404 model_not_found
+├── PayloadTooLarge     413 request_too_large
+├── RateLimited         429 rate_limit_exceeded / insufficient_quota
+├── Overloaded          503 overloaded (with Retry-After)
+├── ServiceUnavailable  503 (budget store down, not ready)
+├── UpstreamError       502
+└── GatewayTimeout      504
 """
 
 from __future__ import annotations

@@ -55,8 +55,13 @@ def new_request_id(prefix: str) -> str:
 
 
 def route(
-    state: GatewayState, principal: Principal, requested_model: str, build: GenerationRequest,
-    *, stream: bool, include_usage: bool,
+    state: GatewayState,
+    principal: Principal,
+    requested_model: str,
+    build: GenerationRequest,
+    *,
+    stream: bool,
+    include_usage: bool,
 ) -> RoutedRequest:
     try:
         decision = decide(state.config, principal.policy, requested_model)

@@ -67,8 +67,9 @@ class EventStreamResponse(Response):
             writer.result()
 
     async def _write(self, send: Send) -> None:
-        await send({"type": "http.response.start", "status": self.status_code,
-                    "headers": self.raw_headers})
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
         try:
             async for data in self.events:
                 await send({"type": "http.response.body", "body": data, "more_body": True})

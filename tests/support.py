@@ -101,8 +101,9 @@ def running_gateway(config: dict[str, Any] | GatewayConfig) -> Iterator[RunningG
         config = GatewayConfig.model_validate(config)
     port = free_port()
     server = uvicorn.Server(
-        uvicorn.Config(create_app(config), host="127.0.0.1", port=port, log_level="warning",
-                       lifespan="on")
+        uvicorn.Config(
+            create_app(config), host="127.0.0.1", port=port, log_level="warning", lifespan="on"
+        )
     )
     gateway = RunningGateway(server, port)
 

@@ -46,8 +46,12 @@ async def completions(request: Request) -> Response:
     raw = await read_body(request, state.config.server.max_body_bytes)
     body = parse_body(wire.CompletionRequest, raw)
     routed = route(
-        state, principal, body.model, to_generation(body),
-        stream=body.stream, include_usage=body.include_usage,
+        state,
+        principal,
+        body.model,
+        to_generation(body),
+        stream=body.stream,
+        include_usage=body.include_usage,
     )
     return await respond(request, Execution(state, routed), _whole, _streamed)
 

@@ -19,5 +19,6 @@ async def readyz(request: Request) -> Response:
     store_ok = await state.store.ping()
     ready = state.ready and store_ok and all(tiers.values())
     body = {"ready": ready, "store": state.store.kind, "store_ok": store_ok, "tiers": tiers}
-    return Response(orjson.dumps(body), status_code=200 if ready else 503,
-                    media_type="application/json")
+    return Response(
+        orjson.dumps(body), status_code=200 if ready else 503, media_type="application/json"
+    )

@@ -17,16 +17,35 @@ async def list_models(request: Request) -> Response:
     authenticate(request, state)
     config = state.config
     entries = [
-        {"id": "auto", "object": "model", "created": CREATED, "owned_by": "tiergate",
-         "tiergate": {"kind": "router", "tiers": list(config.tiers)}},
+        {
+            "id": "auto",
+            "object": "model",
+            "created": CREATED,
+            "owned_by": "tiergate",
+            "tiergate": {"kind": "router", "tiers": list(config.tiers)},
+        },
     ]
     for tier_name, tier in config.tiers.items():
         models = sorted({config.engines[e].model for e in tier.engines})
-        entries.append({"id": tier_name, "object": "model", "created": CREATED,
-                        "owned_by": "tiergate", "tiergate": {"kind": "tier", "models": models}})
+        entries.append(
+            {
+                "id": tier_name,
+                "object": "model",
+                "created": CREATED,
+                "owned_by": "tiergate",
+                "tiergate": {"kind": "tier", "models": models},
+            }
+        )
     for model in config.models():
-        entries.append({"id": model, "object": "model", "created": CREATED,
-                        "owned_by": "tiergate",
-                        "tiergate": {"kind": "model", "tier": config.tier_of_model(model)}})
-    return Response(orjson.dumps({"object": "list", "data": entries}),
-                    media_type="application/json")
+        entries.append(
+            {
+                "id": model,
+                "object": "model",
+                "created": CREATED,
+                "owned_by": "tiergate",
+                "tiergate": {"kind": "model", "tier": config.tier_of_model(model)},
+            }
+        )
+    return Response(
+        orjson.dumps({"object": "list", "data": entries}), media_type="application/json"
+    )

@@ -31,8 +31,12 @@ def completion_body(
         "created": created,
         "model": model,
         "choices": [
-            {"index": 0, "text": text, "finish_reason": final.finish_reason or "stop",
-             "logprobs": None}
+            {
+                "index": 0,
+                "text": text,
+                "finish_reason": final.finish_reason or "stop",
+                "logprobs": None,
+            }
         ],
         "usage": usage_dict(final.usage or Usage(0, 0)),
     }

@@ -42,7 +42,10 @@ def test_stream_matches_non_stream_and_reports_usage(client: openai.OpenAI) -> N
     messages = [{"role": "user", "content": "count to three"}]
     whole = client.chat.completions.create(model="small", messages=messages, seed=7)
     stream = client.chat.completions.create(
-        model="small", messages=messages, seed=7, stream=True,
+        model="small",
+        messages=messages,
+        seed=7,
+        stream=True,
         stream_options={"include_usage": True},
     )
     deltas, usage, finish = [], None, None
@@ -96,7 +99,8 @@ def test_malformed_body_is_400_naming_the_param(gateway, client) -> None:  # typ
         client.chat.completions.create(model="small", messages=[{"role": "wizard", "content": "x"}])
     assert info.value.param == "messages.[0].role"
     response = httpx.post(
-        gateway.base_url + "/v1/chat/completions", content=b"{not json",
+        gateway.base_url + "/v1/chat/completions",
+        content=b"{not json",
         headers={"authorization": f"Bearer {TEST_KEY}"},
     )
     assert response.status_code == 400
@@ -111,8 +115,7 @@ def test_malformed_body_is_400_naming_the_param(gateway, client) -> None:  # typ
 def test_unknown_fields_are_ignored(gateway) -> None:  # type: ignore[no-untyped-def]
     response = httpx.post(
         gateway.base_url + "/v1/chat/completions",
-        json={"model": "small", "messages": [{"role": "user", "content": "x"}],
-              "frobnicate": True},
+        json={"model": "small", "messages": [{"role": "user", "content": "x"}], "frobnicate": True},
         headers={"authorization": f"Bearer {TEST_KEY}"},
     )
     assert response.status_code == 200
@@ -164,8 +167,7 @@ def test_error_after_first_byte_becomes_error_event_then_done() -> None:
     with running_gateway(config) as gw:
         response = httpx.post(
             gw.base_url + "/v1/chat/completions",
-            json={"model": "small", "stream": True,
-                  "messages": [{"role": "user", "content": "x"}]},
+            json={"model": "small", "stream": True, "messages": [{"role": "user", "content": "x"}]},
             headers={"authorization": f"Bearer {TEST_KEY}"},
         )
     events = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]

@@ -72,8 +72,11 @@ def test_eight_concurrent_streams_interleave_and_the_loop_never_blocks(gateway) 
             base_url=gateway.base_url + "/v1", api_key=TEST_KEY, max_retries=0
         )
         stream = await client.chat.completions.create(
-            model="small", messages=[{"role": "user", "content": f"Write a line about {index}."}],
-            max_tokens=16, temperature=0, stream=True,
+            model="small",
+            messages=[{"role": "user", "content": f"Write a line about {index}."}],
+            max_tokens=16,
+            temperature=0,
+            stream=True,
         )
         text = []
         async for event in stream:
@@ -102,12 +105,22 @@ def test_client_disconnect_stops_generation_in_the_engine(gateway) -> None:  # t
     engines = [r.engine for r in gateway.state.replicas["smollm2"]]
     aborted_before = sum(e.counters.aborted for e in engines)
     tokens_before = sum(e.counters.generated_tokens for e in engines)
-    body = {"model": "small", "stream": True, "max_tokens": 1500, "temperature": 0.9,
-            "messages": [{"role": "user", "content": "Tell me a very long story."}]}
-    with httpx.Client(timeout=30) as http, http.stream(
-        "POST", gateway.base_url + "/v1/chat/completions", json=body,
-        headers={"authorization": f"Bearer {TEST_KEY}"},
-    ) as response:
+    body = {
+        "model": "small",
+        "stream": True,
+        "max_tokens": 1500,
+        "temperature": 0.9,
+        "messages": [{"role": "user", "content": "Tell me a very long story."}],
+    }
+    with (
+        httpx.Client(timeout=30) as http,
+        http.stream(
+            "POST",
+            gateway.base_url + "/v1/chat/completions",
+            json=body,
+            headers={"authorization": f"Bearer {TEST_KEY}"},
+        ) as response,
+    ):
         lines = response.iter_lines()
         received = 0
         for line in lines:

@@ -65,13 +65,21 @@ def test_check_config_cli(tmp_path: Path) -> None:
     bad.write_text(BAD)
     run = subprocess.run(
         [PYTHON, "-m", "gateway", "check-config", str(bad)],
-        capture_output=True, text=True, env=subprocess_env(), cwd=REPO, check=False,
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        cwd=REPO,
+        check=False,
     )
     assert run.returncode == 1
     assert f"{bad}:5: engines.a.replicas:" in run.stderr
     good = subprocess.run(
         [PYTHON, "-m", "gateway", "check-config", *map(str, SHIPPED)],
-        capture_output=True, text=True, env=subprocess_env(), cwd=REPO, check=False,
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        cwd=REPO,
+        check=False,
     )
     assert good.returncode == 0, good.stderr
     assert good.stdout.count(": ok (") == len(SHIPPED)
@@ -80,6 +88,6 @@ def test_check_config_cli(tmp_path: Path) -> None:
 def test_env_references_expand(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TG_TEST_URL", "redis://example:1/2")
     text = "redis_url: ${TG_TEST_URL}\n" + BAD.split("routing:")[0].replace(
-        "replicas: 0", "replicas: 1").replace("input: -1", "input: 1").replace(
-        "    fallback: nowhere\n", "")
+        "replicas: 0", "replicas: 1"
+    ).replace("input: -1", "input: 1").replace("    fallback: nowhere\n", "")
     assert parse_config(text).redis_url == "redis://example:1/2"
