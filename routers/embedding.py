@@ -56,3 +56,29 @@ class SentenceTransformerEmbedder:
 
     async def aclose(self) -> None:
         return None
+
+
+def last_user_text(messages: Sequence[Any]) -> str:
+    """The text of the last user message: what the semantic cache compares and the
+    classifier embeds, so one vector serves both."""
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            return "".join(str(p.get("text", "")) for p in content or () if p.get("type") == "text")
+    return ""
+
+
+class EmbeddingOnce:
+    """A request's embedding, computed on first use and shared by every later stage."""
+
+    def __init__(self, embedder: Embedder, text: str) -> None:
+        self.embedder = embedder
+        self.text = text
+        self._vector: Vector | None = None
+
+    async def get(self) -> Vector:
+        if self._vector is None:
+            self._vector = (await self.embedder.embed([self.text]))[0]
+        return self._vector
