@@ -22,6 +22,7 @@ from backends.registry import build_engine
 from gateway.errors import ApiError
 from gateway.routes import chat, completions, health, models
 from gateway.state import GatewayState
+from policies.ledger import open_ledger
 from policies.schema import GatewayConfig
 from policies.store import open_store
 from policies.tenants import KeyRing
@@ -49,6 +50,7 @@ async def build_state(config: GatewayConfig) -> GatewayState:
         config=config,
         keyring=KeyRing.from_config(config),
         store=store,
+        ledger=open_ledger(store),
         replicas=replicas,
         pools=pools,
     )

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from starlette.requests import Request
 
 from backends.pool import EnginePool, Replica
+from policies.ledger import Ledger
 from policies.schema import GatewayConfig
 from policies.store import Store
 from policies.tenants import KeyRing
@@ -17,6 +18,7 @@ class GatewayState:
     config: GatewayConfig
     keyring: KeyRing
     store: Store
+    ledger: Ledger
     replicas: dict[str, list[Replica]]
     pools: dict[str, EnginePool]
     ready: bool = False
