@@ -30,6 +30,14 @@ def _import_litellm() -> Any:
     return litellm
 
 
+def provider_errors() -> tuple[type[Exception], ...]:
+    """litellm raises subclasses of the openai SDK's base error (and a few of its own)."""
+    import litellm
+    import openai
+
+    return (openai.OpenAIError, litellm.exceptions.OpenAIError)
+
+
 def map_error(litellm: Any, exc: Exception) -> EngineError:
     """litellm's exception tree → ours, in one place."""
     if isinstance(exc, litellm.Timeout):
@@ -69,10 +77,11 @@ class LiteLLMEngine:
         self.max_retries = max_retries
         self.extra = extra or {}
         self._litellm: Any = None
-        self._failures = 0
+        self._errors: tuple[type[Exception], ...] = ()
 
     async def start(self) -> None:
         self._litellm = _import_litellm()
+        self._errors = provider_errors()
 
     async def aclose(self) -> None:
         return None
@@ -119,7 +128,7 @@ class LiteLLMEngine:
         try:
             try:
                 response = await litellm.acompletion(**self._params(request))
-            except litellm.exceptions.OpenAIError as exc:
+            except self._errors as exc:
                 raise map_error(litellm, exc) from exc
             finish = "stop"
             usage: Usage | None = None
@@ -140,7 +149,7 @@ class LiteLLMEngine:
                             completion_chars += len(text)
                             self.counters.generated_tokens += 1
                             yield Chunk(text=text)
-            except litellm.exceptions.OpenAIError as exc:
+            except self._errors as exc:
                 raise map_error(litellm, exc) from exc
             if usage is None:
                 # The server sent no usage; estimate (4 characters a token) rather than bill 0.

