@@ -7,6 +7,7 @@ Endpoints turn chunks into wire bodies; nothing here knows JSON.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -15,7 +16,7 @@ from dataclasses import dataclass, replace
 from backends.base import Chunk, GenerationRequest, Usage
 from backends.errors import EngineError, EngineUnavailable
 from backends.pool import StreamInfo
-from gateway.errors import ModelNotFound, PermissionDenied, from_engine_error
+from gateway.errors import GatewayTimeout, ModelNotFound, PermissionDenied, from_engine_error
 from gateway.state import GatewayState
 from policies.tenants import Principal
 from routers.decision import TierDecision, TierNotAllowed, UnknownModel, decide
@@ -94,6 +95,7 @@ class Execution:
         self._stream: AsyncIterator[Chunk] | None = None
         self._first: Chunk | None = None
         self._finished = False
+        self._deadline = asyncio.get_running_loop().time() + state.config.server.request_timeout_s
 
     async def open(self) -> None:
         """Get the first chunk, failing over along the tier chain while nothing was sent."""
@@ -103,7 +105,8 @@ class Execution:
             info = StreamInfo()
             stream = self.state.pools[tier].stream(self.routed.generation, info)
             try:
-                self._first = await anext(stream)
+                async with asyncio.timeout_at(self._deadline):
+                    self._first = await anext(stream)
             except EngineUnavailable as exc:
                 fallback = self.state.config.tiers[tier].fallback
                 if fallback is None or fallback in visited or fallback == self.routed.tier:
@@ -115,6 +118,9 @@ class Execution:
             except EngineError as exc:
                 self._fail(str(exc))
                 raise from_engine_error(exc) from exc
+            except TimeoutError:
+                await _aclose(stream)
+                raise self._timed_out() from None
             self._stream = stream
             self.outcome.tier = tier
             self.outcome.model = info.model or self.outcome.model
@@ -133,10 +139,13 @@ class Execution:
                 if chunk.usage is not None:
                     self._settle(chunk)
                 yield chunk
-                chunk = await anext(stream, None)
+                async with asyncio.timeout_at(self._deadline):
+                    chunk = await anext(stream, None)
         except EngineError as exc:
             self._fail(str(exc))
             raise from_engine_error(exc) from exc
+        except TimeoutError:
+            raise self._timed_out() from None
         finally:
             await _aclose(stream)
             if not self._finished:
@@ -152,6 +161,11 @@ class Execution:
             self.outcome.cost_usd = price.cost(
                 usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens
             )
+
+    def _timed_out(self) -> GatewayTimeout:
+        timeout = self.state.config.server.request_timeout_s
+        self._fail("timeout")
+        return GatewayTimeout(f"the engine did not finish within {timeout:g} s")
 
     def _fail(self, reason: str) -> None:
         self._finished = True

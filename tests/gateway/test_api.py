@@ -189,3 +189,18 @@ def test_dead_tier_fails_over_along_the_chain() -> None:
         )
     assert raw.headers["x-tiergate-tier"] == "medium"
     assert raw.headers["x-tiergate-failover"] == "large->medium"
+
+
+def test_an_engine_slower_than_the_request_timeout_is_504() -> None:
+    config = fake_config(first_token_delay_s=2.0)
+    config["server"] = {"request_timeout_s": 0.3}
+    with running_gateway(config) as gw:
+        response = httpx.post(
+            gw.base_url + "/v1/chat/completions",
+            json={"model": "small", "messages": [{"role": "user", "content": "x"}]},
+            headers={"authorization": f"Bearer {TEST_KEY}"},
+        )
+        engine = gw.state.replicas["fake-small"][0].engine
+        assert response.status_code == 504
+        assert response.json()["error"]["code"] == "upstream_timeout"
+        assert engine.counters.aborted == 1 and engine.counters.active == 0
