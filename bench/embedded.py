@@ -48,7 +48,10 @@ def start_gateway(port: int) -> tuple[subprocess.Popen[bytes], float]:
     started = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-m", "gateway", "serve", "--port", str(port)],
-        env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     while True:
         try:
@@ -63,8 +66,13 @@ def start_gateway(port: int) -> tuple[subprocess.Popen[bytes], float]:
 
 async def one(client: openai.AsyncOpenAI, prompt: str, max_tokens: int) -> int:
     stream = await client.chat.completions.create(
-        model="small", messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens,
-        temperature=0.7, seed=1, stream=True, stream_options={"include_usage": True},
+        model="small",
+        messages=[{"role": "user", "content": prompt}],
+        max_tokens=max_tokens,
+        temperature=0.7,
+        seed=1,
+        stream=True,
+        stream_options={"include_usage": True},
     )
     tokens = 0
     async for event in stream:

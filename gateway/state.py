@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from starlette.requests import Request
 
@@ -22,7 +22,6 @@ class GatewayState:
     replicas: dict[str, list[Replica]]
     pools: dict[str, EnginePool]
     ready: bool = False
-    notes: list[str] = field(default_factory=list)
 
 
 def get_state(request: Request) -> GatewayState:

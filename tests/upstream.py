@@ -33,8 +33,13 @@ class UpstreamLog:
 
 
 def _chunk(rid: str, model: str, delta: dict[str, Any], finish: str | None) -> bytes:
-    body = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()),
-            "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    body = {
+        "id": rid,
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
     return b"data: " + orjson.dumps(body) + b"\n\n"
 
 
@@ -43,20 +48,38 @@ def build_app(log: UpstreamLog, token_delay_s: float = 0.0) -> Starlette:
         body = await request.json()
         log.requests.append(body)
         if body.get("model") == "reject-me":
-            error = {"error": {"message": "bad model", "type": "invalid_request_error",
-                               "param": "model", "code": None}}
+            error = {
+                "error": {
+                    "message": "bad model",
+                    "type": "invalid_request_error",
+                    "param": "model",
+                    "code": None,
+                }
+            }
             return Response(orjson.dumps(error), status_code=400, media_type="application/json")
         words = WORDS[: body.get("max_tokens") or len(WORDS)]
-        usage = {"prompt_tokens": 7, "completion_tokens": len(words), "total_tokens": 7 + len(words),
-                 "prompt_tokens_details": {"cached_tokens": 3}}
+        usage = {
+            "prompt_tokens": 7,
+            "completion_tokens": len(words),
+            "total_tokens": 7 + len(words),
+            "prompt_tokens_details": {"cached_tokens": 3},
+        }
         model = body["model"]
         if not body.get("stream"):
             message = {"role": "assistant", "content": "".join(words)}
-            return Response(orjson.dumps({
-                "id": "cmpl-up", "object": "chat.completion", "created": int(time.time()),
-                "model": model, "usage": usage,
-                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-            }), media_type="application/json")
+            return Response(
+                orjson.dumps(
+                    {
+                        "id": "cmpl-up",
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": model,
+                        "usage": usage,
+                        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                    }
+                ),
+                media_type="application/json",
+            )
 
         async def events() -> AsyncIterator[bytes]:
             try:
@@ -66,9 +89,14 @@ def build_app(log: UpstreamLog, token_delay_s: float = 0.0) -> Starlette:
                     yield _chunk("cmpl-up", model, {"content": word}, None)
                 yield _chunk("cmpl-up", model, {}, "stop")
                 if (body.get("stream_options") or {}).get("include_usage"):
-                    final = {"id": "cmpl-up", "object": "chat.completion.chunk",
-                             "created": int(time.time()), "model": model, "choices": [],
-                             "usage": usage}
+                    final = {
+                        "id": "cmpl-up",
+                        "object": "chat.completion.chunk",
+                        "created": int(time.time()),
+                        "model": model,
+                        "choices": [],
+                        "usage": usage,
+                    }
                     yield b"data: " + orjson.dumps(final) + b"\n\n"
                 yield b"data: [DONE]\n\n"
                 log.completed_streams += 1
@@ -87,8 +115,11 @@ def running_upstream(token_delay_s: float = 0.0) -> Iterator[tuple[str, Upstream
 
     log = UpstreamLog()
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(build_app(log, token_delay_s), host="127.0.0.1",
-                                           port=port, log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            build_app(log, token_delay_s), host="127.0.0.1", port=port, log_level="warning"
+        )
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

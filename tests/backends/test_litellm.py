@@ -16,15 +16,22 @@ pytestmark = pytest.mark.slow
 
 def request(model: str = "remote-model", max_tokens: int | None = None) -> GenerationRequest:
     return GenerationRequest(
-        request_id="r1", model=model, sampling=SamplingParams(max_tokens=max_tokens, seed=1),
+        request_id="r1",
+        model=model,
+        sampling=SamplingParams(max_tokens=max_tokens, seed=1),
         messages=({"role": "user", "content": "hi"},),
     )
 
 
 async def test_engine_streams_deltas_and_usage() -> None:
     with running_upstream() as (base, log):
-        engine = LiteLLMEngine(name="up-0", model="remote-model",
-                               litellm_model="openai/remote-model", api_base=base, api_key="x")
+        engine = LiteLLMEngine(
+            name="up-0",
+            model="remote-model",
+            litellm_model="openai/remote-model",
+            api_base=base,
+            api_key="x",
+        )
         await engine.start()
         chunks = [c async for c in engine.stream(request(max_tokens=4))]
     texts = [c.text for c in chunks if c.text]
@@ -41,8 +48,13 @@ async def test_engine_streams_deltas_and_usage() -> None:
 
 async def test_engine_maps_a_rejection() -> None:
     with running_upstream() as (base, _):
-        engine = LiteLLMEngine(name="up-0", model="reject-me", litellm_model="openai/reject-me",
-                               api_base=base, api_key="x")
+        engine = LiteLLMEngine(
+            name="up-0",
+            model="reject-me",
+            litellm_model="openai/reject-me",
+            api_base=base,
+            api_key="x",
+        )
         await engine.start()
         with pytest.raises(UpstreamRejected):
             [c async for c in engine.stream(request(model="reject-me"))]
@@ -53,14 +65,17 @@ def test_gateway_streams_through_litellm() -> None:
     with running_upstream() as (base, log):
         config = fake_config()
         config["engines"]["fake-medium"] = {
-            "backend": "litellm", "model": "remote-model",
+            "backend": "litellm",
+            "model": "remote-model",
             "options": {"litellm_model": "openai/remote-model", "api_base": base, "api_key": "x"},
         }
         config["prices"]["remote-model"] = {"input": 1.0, "output": 1.0}
         with running_gateway(config) as gw:
             client = openai.OpenAI(base_url=gw.base_url + "/v1", api_key=TEST_KEY, max_retries=0)
             stream = client.chat.completions.create(
-                model="medium", messages=[{"role": "user", "content": "hi"}], stream=True,
+                model="medium",
+                messages=[{"role": "user", "content": "hi"}],
+                stream=True,
                 stream_options={"include_usage": True},
             )
             pieces, usage = [], None
