@@ -13,15 +13,19 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from opentelemetry.sdk.trace import TracerProvider
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
 from backends.pool import EnginePool, Replica
 from backends.registry import build_engine
+from gateway.admin import routes as admin
 from gateway.errors import ApiError
-from gateway.routes import chat, completions, health, models
+from gateway.metrics import GatewayMetrics
+from gateway.routes import chat, completions, health, metrics, models
 from gateway.state import GatewayState
+from gateway.tracing import open_tracing, traced
 from policies.ledger import open_ledger
 from policies.schema import GatewayConfig
 from policies.store import open_store
@@ -30,7 +34,9 @@ from policies.tenants import KeyRing
 log = logging.getLogger(__name__)
 
 
-async def build_state(config: GatewayConfig) -> GatewayState:
+async def build_state(
+    config: GatewayConfig, tracer_provider: TracerProvider | None = None
+) -> GatewayState:
     store = open_store(config.redis_url)
     replicas: dict[str, list[Replica]] = {}
     for name, spec in config.engines.items():
@@ -53,6 +59,8 @@ async def build_state(config: GatewayConfig) -> GatewayState:
         ledger=open_ledger(store),
         replicas=replicas,
         pools=pools,
+        metrics=GatewayMetrics(config),
+        tracing=open_tracing(tracer_provider),
     )
 
 
@@ -60,6 +68,7 @@ async def close_state(state: GatewayState) -> None:
     engines = [r.engine for group in state.replicas.values() for r in group]
     await asyncio.gather(*(engine.aclose() for engine in engines), return_exceptions=True)
     await state.store.aclose()
+    await asyncio.to_thread(state.tracing.shutdown)
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
@@ -74,10 +83,12 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return error.response(dict(exc.headers or {}))
 
 
-def create_app(config: GatewayConfig) -> FastAPI:
+def create_app(config: GatewayConfig, *, tracer_provider: TracerProvider | None = None) -> FastAPI:
+    """``tracer_provider``: trace into this provider instead of following ``OTEL_*`` (tests)."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state = await build_state(config)
+        state = await build_state(config, tracer_provider)
         app.state.tiergate = state
         state.ready = True
         # Long-lived startup objects leave the GC's young generations: shorter pauses later.
@@ -93,9 +104,13 @@ def create_app(config: GatewayConfig) -> FastAPI:
     app = FastAPI(title="tiergate", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(HTTPException, _http_error)
-    app.add_route("/v1/chat/completions", chat.chat_completions, methods=["POST"])
-    app.add_route("/v1/completions", completions.completions, methods=["POST"])
+    app.add_route("/v1/chat/completions", traced("chat", chat.chat_completions), methods=["POST"])
+    app.add_route(
+        "/v1/completions", traced("text_completion", completions.completions), methods=["POST"]
+    )
     app.add_route("/v1/models", models.list_models, methods=["GET"])
     app.add_route("/healthz", health.healthz, methods=["GET"])
     app.add_route("/readyz", health.readyz, methods=["GET"])
+    app.add_route("/metrics", metrics.metrics, methods=["GET"])
+    admin.add_routes(app)
     return app

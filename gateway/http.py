@@ -11,6 +11,7 @@ from starlette.requests import Request
 from gateway.errors import InvalidApiKey, InvalidRequest, PayloadTooLarge
 from gateway.sse import wait_disconnect
 from gateway.state import GatewayState
+from gateway.tracing import AUTH, stage
 from policies.tenants import Principal
 
 T = TypeVar("T")
@@ -37,13 +38,17 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 def authenticate(request: Request, state: GatewayState) -> Principal:
-    header = request.headers.get("authorization", "")
-    scheme, _, key = header.partition(" ")
-    if scheme.lower() != "bearer" or not key.strip():
-        raise InvalidApiKey("You didn't provide an API key (header 'Authorization: Bearer KEY').")
-    principal = state.keyring.authenticate(key.strip())
-    if principal is None:
-        raise InvalidApiKey("Incorrect API key provided.")
+    with stage(AUTH) as span:
+        header = request.headers.get("authorization", "")
+        scheme, _, key = header.partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise InvalidApiKey(
+                "You didn't provide an API key (header 'Authorization: Bearer KEY')."
+            )
+        principal = state.keyring.authenticate(key.strip())
+        if principal is None:
+            raise InvalidApiKey("Incorrect API key provided.")
+        span.set_attribute("tiergate.tenant", principal.tenant)
     return principal
 
 

@@ -16,8 +16,11 @@ from dataclasses import dataclass, replace
 from backends.base import Chunk, GenerationRequest, Usage
 from backends.errors import EngineError, EngineUnavailable
 from backends.pool import StreamInfo
+from gateway import observe
 from gateway.errors import GatewayTimeout, ModelNotFound, PermissionDenied, from_engine_error
 from gateway.state import GatewayState
+from gateway.tracing import GENERATION, SETTLEMENT, current_trace
+from policies.savings import routing_saving
 from policies.tenants import Principal
 from routers.decision import TierDecision, TierNotAllowed, UnknownModel, decide
 
@@ -48,7 +51,11 @@ class Outcome:
     usage: Usage | None = None
     finish_reason: str | None = None
     cost_usd: float = 0.0
+    saved_routing_usd: float = 0.0
+    cache: str = "bypass"
     error: str | None = None
+    ttft_s: float | None = None
+    latency_s: float = 0.0
 
 
 def new_request_id(prefix: str) -> str:
@@ -96,6 +103,11 @@ class Execution:
         self._first: Chunk | None = None
         self._finished = False
         self._deadline = asyncio.get_running_loop().time() + state.config.server.request_timeout_s
+        self._observed = False
+        self.started = time.perf_counter()
+        self.trace = current_trace()
+        observe.begin(self.trace, routed)
+        self._generation = self.trace.start(GENERATION)
 
     async def open(self) -> None:
         """Get the first chunk, failing over along the tier chain while nothing was sent."""
@@ -121,6 +133,12 @@ class Execution:
             except TimeoutError:
                 await _aclose(stream)
                 raise self._timed_out() from None
+            except asyncio.CancelledError:
+                # The client left before the first token: abort the engine request now.
+                self._fail("cancelled")
+                await _aclose(stream)
+                raise
+            self.outcome.ttft_s = time.perf_counter() - self.started
             self._stream = stream
             self.outcome.tier = tier
             self.outcome.model = info.model or self.outcome.model
@@ -155,12 +173,21 @@ class Execution:
         self._finished = True
         self.outcome.usage = final.usage
         self.outcome.finish_reason = final.finish_reason
-        price = self.state.config.prices.get(self.outcome.model)
-        if price is not None and final.usage is not None:
-            usage = final.usage
-            self.outcome.cost_usd = price.cost(
-                usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens
-            )
+        with self.trace.stage(SETTLEMENT):
+            price = self.state.config.prices.get(self.outcome.model)
+            if price is not None and final.usage is not None:
+                usage = final.usage
+                self.outcome.cost_usd = price.cost(
+                    usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens
+                )
+                self.outcome.saved_routing_usd = routing_saving(
+                    self.state.config,
+                    self.outcome.cost_usd,
+                    usage.prompt_tokens,
+                    usage.completion_tokens,
+                    usage.cached_tokens,
+                )
+        self._ended()
 
     def _timed_out(self) -> GatewayTimeout:
         timeout = self.state.config.server.request_timeout_s
@@ -170,13 +197,21 @@ class Execution:
     def _fail(self, reason: str) -> None:
         self._finished = True
         self.outcome.error = reason
+        self._ended()
+
+    def _ended(self) -> None:
+        if self._observed:
+            return
+        self._observed = True
+        self.outcome.latency_s = time.perf_counter() - self.started
+        observe.finish(self, self._generation)
 
     def headers(self) -> dict[str, str]:
         headers = {
             "x-request-id": self.routed.request_id,
             "x-tiergate-tier": self.outcome.tier,
             "x-tiergate-model": self.outcome.model,
-            "x-tiergate-cache": "bypass",
+            "x-tiergate-cache": self.outcome.cache,
         }
         if self.outcome.failover_from is not None:
             headers["x-tiergate-failover"] = f"{self.outcome.failover_from}->{self.outcome.tier}"

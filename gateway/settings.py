@@ -18,6 +18,8 @@ class Settings(BaseSettings):
     port: int | None = None
     redis_url: str | None = None
     log_level: str = "info"
+    # Where Chart.js lives when not installed next to the dashboard (pip-installed gateway).
+    chartjs_path: Path | None = None
 
 
 @lru_cache

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from starlette.requests import Request
 
 from backends.pool import EnginePool, Replica
+from gateway.metrics import GatewayMetrics
+from gateway.tracing import Tracing
 from policies.ledger import Ledger
 from policies.schema import GatewayConfig
 from policies.store import Store
@@ -21,6 +23,8 @@ class GatewayState:
     ledger: Ledger
     replicas: dict[str, list[Replica]]
     pools: dict[str, EnginePool]
+    metrics: GatewayMetrics
+    tracing: Tracing
     ready: bool = False
 
 

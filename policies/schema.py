@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -82,6 +82,34 @@ class RoutingConfig(Frozen):
 class AdminConfig(Frozen):
     key_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
     key_from_env: str | None = "TIERGATE_ADMIN_KEY"
+    session_ttl_s: float = Field(8 * 3600.0, gt=0, le=7 * 86_400)
+
+
+class AutoscaleConfig(Frozen):
+    """The per-tier replica recommendation: up when slow or busy, down when fast and idle."""
+
+    window_s: float = Field(60.0, gt=0)
+    latency: Literal["ttft", "e2e"] = "ttft"
+    up_p99_s: float = Field(2.0, gt=0)
+    up_utilisation: float = Field(0.8, gt=0, le=1)
+    down_p99_s: float = Field(0.5, gt=0)
+    down_utilisation: float = Field(0.3, ge=0, le=1)
+    min_replicas: int = Field(1, ge=0)
+    max_replicas: int = Field(64, ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AutoscaleConfig:
+        if self.down_p99_s > self.up_p99_s or self.down_utilisation > self.up_utilisation:
+            raise ValueError("scale-down thresholds must not exceed scale-up thresholds")
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("min_replicas must not exceed max_replicas")
+        return self
+
+
+class MetricsConfig(Frozen):
+    # Off: no tenant label on any series (many tenants, or tenant names kept private).
+    tenant_label: bool = True
+    autoscale: AutoscaleConfig = AutoscaleConfig()
 
 
 class GatewayConfig(Frozen):
@@ -93,6 +121,7 @@ class GatewayConfig(Frozen):
     tenants: dict[str, TenantSpec] = Field(default_factory=dict)
     routing: RoutingConfig = RoutingConfig()
     admin: AdminConfig = AdminConfig()
+    metrics: MetricsConfig = MetricsConfig()
 
     @model_validator(mode="after")
     def _references(self) -> GatewayConfig:

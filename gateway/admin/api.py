@@ -1,0 +1,115 @@
+"""``/admin/api/*``: the dashboard's JSON, also for scripts with the Bearer admin key.
+
+Every endpoint takes ``start`` and ``end`` (ISO dates, UTC, inclusive; default the
+last 7 days). Latency and denials come from the newest ``EVENT_SAMPLE`` events of the
+range; the rest from the per-day aggregates, which cover every request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+
+import orjson
+from redis.exceptions import RedisError
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.admin import report
+from gateway.admin.access import require_admin_access
+from gateway.admin.budgets import budget_limits
+from gateway.errors import InvalidRequest, ServiceUnavailable
+from gateway.state import GatewayState, get_state
+from policies.ledger import SpendEvent, days_between
+from policies.store import StoreUnavailable
+
+MAX_DAYS = 366
+DEFAULT_DAYS = 7
+EVENT_SAMPLE = 10_000
+DENIALS_SHOWN = 50
+
+
+def today() -> date:
+    return datetime.now(UTC).date()
+
+
+def _parse_day(request: Request, name: str, default: date) -> date:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return date.fromisoformat(raw)
+    except ValueError:
+        raise InvalidRequest(f"{name} must be a date like 2026-01-31", param=name) from None
+
+
+def date_range(request: Request) -> tuple[date, date]:
+    end = _parse_day(request, "end", today())
+    start = _parse_day(request, "start", end - timedelta(days=DEFAULT_DAYS - 1))
+    if start > end:
+        raise InvalidRequest("start must not be after end", param="start")
+    if (end - start).days + 1 > MAX_DAYS:
+        raise InvalidRequest(f"the range may span at most {MAX_DAYS} days", param="start")
+    return start, end
+
+
+def _json(body: dict[str, Any]) -> Response:
+    return Response(
+        orjson.dumps(body), media_type="application/json", headers={"cache-control": "no-store"}
+    )
+
+
+async def _events(state: GatewayState, start: date, end: date) -> list[SpendEvent]:
+    start_ts = datetime.combine(start, time.min, UTC).timestamp()
+    end_ts = datetime.combine(end + timedelta(days=1), time.min, UTC).timestamp() - 1e-6
+    return await state.ledger.events(start_ts, end_ts, EVENT_SAMPLE)
+
+
+async def _authorized_range(request: Request) -> tuple[GatewayState, date, date]:
+    state = get_state(request)
+    await require_admin_access(request, state)
+    start, end = date_range(request)
+    return state, start, end
+
+
+async def overview(request: Request) -> Response:
+    state, start, end = await _authorized_range(request)
+    tenants, tiers = list(state.config.tenants), list(state.config.tiers)
+    now = today()
+    try:
+        aggregates = await state.ledger.daily(tenants, start, end)
+        today_aggs = await state.ledger.daily(tenants, now, now)
+        month_aggs = await state.ledger.daily(tenants, now.replace(day=1), now)
+    except (StoreUnavailable, RedisError) as exc:
+        raise ServiceUnavailable("the ledger is unavailable") from exc
+
+    def build() -> dict[str, Any]:
+        body = report.overview(aggregates, days_between(start, end), tenants, tiers)
+        limits = budget_limits(state.config)
+        body["budgets"] = report.budget_rows(tenants, limits, today_aggs, month_aggs)
+        body["range"] = {"start": start.isoformat(), "end": end.isoformat()}
+        return body
+
+    return _json(await asyncio.to_thread(build))
+
+
+async def latency(request: Request) -> Response:
+    state, start, end = await _authorized_range(request)
+    try:
+        events = await _events(state, start, end)
+    except (StoreUnavailable, RedisError) as exc:
+        raise ServiceUnavailable("the ledger is unavailable") from exc
+    tiers = list(state.config.tiers)
+    by_tier = await asyncio.to_thread(report.latency, events, tiers)
+    return _json({"range": {"start": start.isoformat(), "end": end.isoformat()}, "tiers": by_tier})
+
+
+async def denials(request: Request) -> Response:
+    state, start, end = await _authorized_range(request)
+    try:
+        events = await _events(state, start, end)
+    except (StoreUnavailable, RedisError) as exc:
+        raise ServiceUnavailable("the ledger is unavailable") from exc
+    rows = await asyncio.to_thread(report.denials, events, DENIALS_SHOWN)
+    return _json({"range": {"start": start.isoformat(), "end": end.isoformat()}, "denials": rows})

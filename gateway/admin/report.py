@@ -1,0 +1,180 @@
+"""What the dashboard shows, computed from the ledger: pure functions over aggregates and events.
+
+Numbers are rounded only by the browser; every series here is aligned on ``days``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from gateway.admin.budgets import BudgetLimit
+from gateway.autoscale import percentile
+from policies.ledger import DayAggregate, SpendEvent
+
+TOP_N = 10
+
+
+def _named(values: dict[str, float], prefix: str) -> dict[str, float]:
+    return {k.removeprefix(prefix): v for k, v in values.items() if k.startswith(prefix)}
+
+
+def overview(
+    aggregates: Sequence[DayAggregate],
+    days: Sequence[str],
+    tenants: Sequence[str],
+    tiers: Sequence[str],
+) -> dict[str, Any]:
+    """Spend per tenant per day, requests per tier per day, savings, cache and the top lists."""
+    index = {day: i for i, day in enumerate(days)}
+    spend = {tenant: [0.0] * len(days) for tenant in tenants}
+    by_tier = {tier: [0.0] * len(days) for tier in tiers}
+    totals: dict[str, float] = defaultdict(float)
+    tier_requests: dict[str, float] = defaultdict(float)
+    tier_cost: dict[str, float] = defaultdict(float)
+    tenant_rows: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    models: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for agg in aggregates:
+        i = index[agg.day]
+        spend.setdefault(agg.tenant, [0.0] * len(days))[i] += agg.get("cost_usd")
+        for tier, count in _named(agg.values, "tier_requests:").items():
+            by_tier.setdefault(tier, [0.0] * len(days))[i] += count
+            tier_requests[tier] += count
+        for tier, cost in _named(agg.values, "tier_cost:").items():
+            tier_cost[tier] += cost
+        for model, count in _named(agg.values, "model_requests:").items():
+            models[model]["requests"] += count
+        for model, cost in _named(agg.values, "model_cost:").items():
+            models[model]["cost_usd"] += cost
+        row = tenant_rows[agg.tenant]
+        for name in (
+            "requests",
+            "cost_usd",
+            "saved_routing_usd",
+            "saved_cache_usd",
+            "denied_budget",
+            "denied_rate_limit",
+        ):
+            row[name] += agg.get(name)
+        for name, value in agg.values.items():
+            if ":" not in name:
+                totals[name] += value
+    cost, routing, cache = (
+        totals["cost_usd"],
+        totals["saved_routing_usd"],
+        totals["saved_cache_usd"],
+    )
+    requests = totals["requests"]
+    hits = totals["cache_exact"] + totals["cache_semantic"]
+    return {
+        "days": list(days),
+        "spend": spend,
+        "requests_by_tier": by_tier,
+        "totals": {
+            "requests": requests,
+            "cost_usd": cost,
+            "saved_routing_usd": routing,
+            "saved_cache_usd": cache,
+            "baseline_usd": cost + routing + cache,
+            "denied_budget": totals["denied_budget"],
+            "denied_rate_limit": totals["denied_rate_limit"],
+        },
+        "tier_mix": {tier: tier_requests.get(tier, 0.0) for tier in by_tier},
+        "tier_cost": {tier: tier_cost.get(tier, 0.0) for tier in by_tier},
+        "cache": {
+            "exact": totals["cache_exact"],
+            "semantic": totals["cache_semantic"],
+            "miss": totals["cache_miss"],
+            "bypass": totals["cache_bypass"],
+            "hit_rate": hits / requests if requests else 0.0,
+        },
+        "top_tenants": [
+            {"tenant": t, **row}
+            for t, row in sorted(
+                tenant_rows.items(), key=lambda item: (-item[1]["cost_usd"], item[0])
+            )
+        ][:TOP_N],
+        "top_models": [
+            {"model": m, "requests": r["requests"], "cost_usd": r["cost_usd"]}
+            for m, r in sorted(models.items(), key=lambda item: (-item[1]["requests"], item[0]))
+        ][:TOP_N],
+    }
+
+
+def budget_rows(
+    tenants: Sequence[str],
+    limits: Sequence[BudgetLimit],
+    today: Iterable[DayAggregate],
+    month: Iterable[DayAggregate],
+) -> list[dict[str, Any]]:
+    """Used against limit per tenant (day and month to date); spend only without a limit."""
+    used: dict[str, defaultdict[str, float]] = {
+        "day": defaultdict(float),
+        "month": defaultdict(float),
+    }
+    for agg in today:
+        used["day"][agg.tenant] += agg.get("cost_usd")
+    for agg in month:
+        used["month"][agg.tenant] += agg.get("cost_usd")
+    rows: list[dict[str, Any]] = []
+    limited = {limit.tenant for limit in limits}
+    for limit in limits:
+        rows.append(
+            {
+                "tenant": limit.tenant,
+                "window": limit.window,
+                "used_usd": used[limit.window][limit.tenant],
+                "limit_usd": limit.limit_usd,
+            }
+        )
+    for tenant in tenants:
+        if tenant not in limited:
+            rows.append(
+                {
+                    "tenant": tenant,
+                    "window": "month",
+                    "used_usd": used["month"][tenant],
+                    "limit_usd": None,
+                }
+            )
+    return rows
+
+
+def latency(events: Iterable[SpendEvent], tiers: Sequence[str]) -> dict[str, dict[str, float]]:
+    """p50/p99 of end-to-end latency and time to first token per tier (served requests)."""
+    total: dict[str, list[float]] = {tier: [] for tier in tiers}
+    ttft: dict[str, list[float]] = {tier: [] for tier in tiers}
+    for event in events:
+        if event.kind != "request" or event.status != "ok":
+            continue
+        total.setdefault(event.tier, []).append(event.latency_ms)
+        ttft.setdefault(event.tier, []).append(event.ttft_ms)
+    return {
+        tier: {
+            "count": float(len(values)),
+            "latency_p50_ms": percentile(values, 50),
+            "latency_p99_ms": percentile(values, 99),
+            "ttft_p50_ms": percentile(ttft[tier], 50),
+            "ttft_p99_ms": percentile(ttft[tier], 99),
+        }
+        for tier, values in total.items()
+    }
+
+
+def denials(events: Iterable[SpendEvent], limit: int) -> list[dict[str, Any]]:
+    """The newest refused requests first."""
+    refused = [e for e in events if e.kind == "denied"]
+    refused.sort(key=lambda e: e.ts, reverse=True)
+    return [
+        {
+            "ts": e.ts,
+            "tenant": e.tenant,
+            "key_id": e.key_id,
+            "reason": e.status,
+            "tier": e.tier,
+            "model": e.model,
+            "request_id": e.request_id,
+        }
+        for e in refused[:limit]
+    ]

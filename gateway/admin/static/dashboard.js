@@ -1,0 +1,150 @@
+// tiergate cost dashboard: fetch /admin/api/*, draw with Chart.js, refresh on a timer.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+// Okabe–Ito: distinguishable with the common colour-vision deficiencies.
+const PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"];
+const charts = {};
+let timer = null;
+
+const usd = (v) => "$" + Number(v).toFixed(Math.abs(v) < 1 ? 4 : 2);
+const isoDay = (d) => d.toISOString().slice(0, 10);
+
+function setRange(days) {
+  const end = new Date();
+  const start = new Date(end.getTime() - (days - 1) * 86400000);
+  $("start").value = isoDay(start);
+  $("end").value = isoDay(end);
+}
+
+async function getJSON(path) {
+  const query = new URLSearchParams({ start: $("start").value, end: $("end").value });
+  const res = await fetch(`/admin/api/${path}?${query}`, { credentials: "same-origin" });
+  if (res.status === 401) {
+    location.reload(); // the session ended: back to the login form
+    throw new Error("session ended");
+  }
+  const body = await res.json();
+  if (!res.ok) throw new Error(body.error ? body.error.message : res.statusText);
+  return body;
+}
+
+function datasets(series, extra = {}) {
+  return Object.entries(series).map(([label, data], i) => ({
+    label, data, backgroundColor: PALETTE[i % PALETTE.length], borderColor: PALETTE[i % PALETTE.length], ...extra,
+  }));
+}
+
+// Screen readers get the numbers through the canvas's label.
+function describe(chart) {
+  const { labels, datasets: sets } = chart.data;
+  const parts = sets.map((s) => `${s.label}: ` + s.data.map((v, i) => `${labels[i]} ${v ?? "none"}`).join(", "));
+  chart.canvas.setAttribute("aria-label", `${chart.canvas.dataset.title}. ${parts.join("; ")}`);
+}
+
+function draw(id, type, labels, sets, options = {}) {
+  const canvas = $(id);
+  canvas.dataset.title ??= canvas.getAttribute("aria-label");
+  const data = { labels, datasets: sets };
+  if (charts[id]) {
+    charts[id].data = data;
+    charts[id].update();
+  } else {
+    charts[id] = new Chart(canvas, {
+      type, data,
+      options: { animation: false, maintainAspectRatio: false, plugins: { legend: { position: "bottom" } }, ...options },
+    });
+  }
+  describe(charts[id]);
+}
+
+const stacked = { scales: { x: { stacked: true }, y: { stacked: true, beginAtZero: true } } };
+const horizontal = { indexAxis: "y", scales: { x: { beginAtZero: true } } };
+
+function drawOverview(o) {
+  const t = o.totals;
+  $("kpi-cost").textContent = usd(t.cost_usd);
+  $("kpi-requests").textContent = t.requests.toLocaleString();
+  $("kpi-routing").textContent = usd(t.saved_routing_usd);
+  $("kpi-cache").textContent = usd(t.saved_cache_usd);
+  $("kpi-hit").textContent = (100 * o.cache.hit_rate).toFixed(1) + " %";
+  $("kpi-denied").textContent = `${t.denied_budget} / ${t.denied_rate_limit}`;
+
+  draw("chart-spend", "bar", o.days, datasets(o.spend), stacked);
+  draw("chart-tiers", "line", o.days, datasets(o.requests_by_tier, { tension: 0.2 }), { scales: { y: { beginAtZero: true } } });
+  draw("chart-mix", "doughnut", Object.keys(o.tier_mix), [{ label: "requests", data: Object.values(o.tier_mix), backgroundColor: PALETTE }]);
+  draw("chart-savings", "bar", ["Always large", "tiergate"], datasets({
+    "Spent": [t.baseline_usd, t.cost_usd],
+    "Saved by routing": [0, t.saved_routing_usd],
+    "Saved by caching": [0, t.saved_cache_usd],
+  }), { ...horizontal, scales: { x: { stacked: true, beginAtZero: true }, y: { stacked: true } } });
+  const c = o.cache;
+  draw("chart-cache", "doughnut", ["exact hit", "semantic hit", "miss", "bypass"],
+    [{ label: "requests", data: [c.exact, c.semantic, c.miss, c.bypass], backgroundColor: PALETTE }]);
+
+  const rows = o.budgets;
+  const budgetSets = { "Used (USD)": rows.map((r) => r.used_usd) };
+  if (rows.some((r) => r.limit_usd !== null)) budgetSets["Limit (USD)"] = rows.map((r) => r.limit_usd);
+  draw("chart-budget", "bar", rows.map((r) => `${r.tenant} (${r.window})`), datasets(budgetSets), horizontal);
+  draw("chart-tenants", "bar", o.top_tenants.map((r) => r.tenant), datasets({ "Spend (USD)": o.top_tenants.map((r) => r.cost_usd) }), horizontal);
+  draw("chart-models", "bar", o.top_models.map((r) => r.model), datasets({ "Requests": o.top_models.map((r) => r.requests) }), horizontal);
+}
+
+function drawLatency(l) {
+  const tiers = Object.keys(l.tiers);
+  const pick = (name) => tiers.map((tier) => l.tiers[tier][name]);
+  draw("chart-latency", "bar", tiers, datasets({
+    "latency p50": pick("latency_p50_ms"), "latency p99": pick("latency_p99_ms"),
+    "TTFT p50": pick("ttft_p50_ms"), "TTFT p99": pick("ttft_p99_ms"),
+  }), { scales: { y: { beginAtZero: true } } });
+}
+
+function drawDenials(d) {
+  const body = $("denials").tBodies[0];
+  body.replaceChildren();
+  for (const r of d.denials) {
+    const tr = body.insertRow();
+    const when = new Date(r.ts * 1000).toISOString().replace("T", " ").slice(0, 19);
+    for (const text of [when, r.tenant, r.key_id, r.reason.replace("_", " "), r.tier, r.request_id]) {
+      tr.insertCell().textContent = text;
+    }
+  }
+  if (!d.denials.length) {
+    const cell = body.insertRow().insertCell();
+    cell.colSpan = 6;
+    cell.className = "empty";
+    cell.textContent = "No denials in this range.";
+  }
+}
+
+async function refresh() {
+  $("status").textContent = "Loading…";
+  try {
+    const [overview, latency, denials] = await Promise.all([getJSON("overview"), getJSON("latency"), getJSON("denials")]);
+    drawOverview(overview);
+    drawLatency(latency);
+    drawDenials(denials);
+    $("status").textContent = `${overview.range.start} to ${overview.range.end} (UTC), updated ${new Date().toLocaleTimeString()}`;
+    document.body.dataset.loaded = `${overview.range.start}/${overview.range.end}`;
+  } catch (err) {
+    $("status").textContent = `Could not load: ${err.message}`;
+  }
+}
+
+function schedule() {
+  clearInterval(timer);
+  const seconds = Number($("refresh").value);
+  if (seconds > 0) timer = setInterval(() => { if (!document.hidden) refresh(); }, seconds * 1000);
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  setRange(7);
+  for (const button of document.querySelectorAll("button[data-days]")) {
+    button.addEventListener("click", () => { setRange(Number(button.dataset.days)); refresh(); });
+  }
+  $("start").addEventListener("change", refresh);
+  $("end").addEventListener("change", refresh);
+  $("refresh").addEventListener("change", schedule);
+  schedule();
+  refresh();
+});

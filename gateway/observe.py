@@ -1,0 +1,109 @@
+"""Where a request ends: one call records its metrics and finishes its trace spans.
+
+Attribute names follow the OpenTelemetry GenAI semantic conventions, plus ``tiergate.*``
+for what is ours (tier, complexity, cache result, tenant, cost).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.util.types import AttributeValue
+
+from gateway.metrics import RequestRecord
+from gateway.tracing import RequestTrace
+
+if TYPE_CHECKING:
+    from gateway.serving import Execution, RoutedRequest
+
+
+def status_of(error: str | None) -> str:
+    if error is None:
+        return "ok"
+    return "cancelled" if error == "cancelled" else "error"
+
+
+def operation(routed: RoutedRequest) -> str:
+    return "chat" if routed.generation.messages is not None else "text_completion"
+
+
+def request_attributes(routed: RoutedRequest) -> dict[str, AttributeValue]:
+    sampling = routed.generation.sampling
+    attributes: dict[str, AttributeValue] = {
+        "gen_ai.operation.name": "chat"
+        if routed.generation.messages is not None
+        else "text_completion",
+        "gen_ai.request.model": routed.requested_model,
+        "gen_ai.response.id": routed.request_id,
+        "tiergate.tenant": routed.principal.tenant,
+        "tiergate.tier": routed.tier,
+    }
+    if routed.decision.score is not None:
+        attributes["tiergate.complexity"] = routed.decision.score
+    for name, value in (
+        ("gen_ai.request.max_tokens", sampling.max_tokens),
+        ("gen_ai.request.temperature", sampling.temperature),
+        ("gen_ai.request.top_p", sampling.top_p),
+        ("gen_ai.request.seed", sampling.seed),
+    ):
+        if value is not None:
+            attributes[name] = value
+    return attributes
+
+
+def begin(trace: RequestTrace, routed: RoutedRequest) -> None:
+    """The request is routed: name the root span as GenAI spans are named, tag it."""
+    if not trace.recording:
+        return
+    attributes = request_attributes(routed)
+    trace.rename(f"{operation(routed)} {routed.requested_model}")
+    trace.set(attributes)
+
+
+def finish(run: Execution, generation: Span) -> None:
+    """Record the finished request (metrics) and close its generation span."""
+    outcome, routed = run.outcome, run.routed
+    usage = outcome.usage
+    status = status_of(outcome.error)
+    run.state.metrics.request_ended(
+        RequestRecord(
+            tenant=routed.principal.tenant,
+            tier=outcome.tier,
+            model=outcome.model,
+            status=status,
+            cache=outcome.cache,
+            prompt_tokens=usage.prompt_tokens if usage else 0,
+            completion_tokens=usage.completion_tokens if usage else 0,
+            cached_tokens=usage.cached_tokens if usage else 0,
+            cost_usd=outcome.cost_usd,
+            saved_routing_usd=outcome.saved_routing_usd,
+            latency_s=outcome.latency_s,
+            ttft_s=outcome.ttft_s,
+        )
+    )
+    if not run.trace.recording:
+        return
+    attributes: dict[str, AttributeValue] = {
+        **request_attributes(routed),
+        "gen_ai.response.model": outcome.model,
+        "tiergate.tier": outcome.tier,
+        "tiergate.cache": outcome.cache,
+        "tiergate.cost_usd": outcome.cost_usd,
+        "tiergate.status": status,
+    }
+    if usage is not None:
+        attributes["gen_ai.usage.input_tokens"] = usage.prompt_tokens
+        attributes["gen_ai.usage.output_tokens"] = usage.completion_tokens
+    if outcome.finish_reason is not None:
+        attributes["gen_ai.response.finish_reasons"] = (outcome.finish_reason,)
+    if outcome.failover_from is not None:
+        attributes["tiergate.failover_from"] = outcome.failover_from
+    if outcome.ttft_s is not None:
+        attributes["tiergate.ttft_s"] = outcome.ttft_s
+    generation.set_attributes(attributes)
+    if outcome.error is not None:
+        generation.set_status(Status(StatusCode.ERROR, outcome.error))
+        generation.set_attribute("error.type", status)
+    generation.end()
+    run.trace.set(attributes)
