@@ -93,7 +93,9 @@ class RunningGateway:
 
 
 @contextmanager
-def running_gateway(config: dict[str, Any] | GatewayConfig) -> Iterator[RunningGateway]:
+def running_gateway(
+    config: dict[str, Any] | GatewayConfig, *, tracer_provider: Any = None
+) -> Iterator[RunningGateway]:
     """A real uvicorn server in a background thread, on its own event loop."""
     os.environ.setdefault("TIERGATE_TEST_KEY", TEST_KEY)
     os.environ.setdefault("TIERGATE_OTHER_KEY", OTHER_KEY)
@@ -102,7 +104,11 @@ def running_gateway(config: dict[str, Any] | GatewayConfig) -> Iterator[RunningG
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(config), host="127.0.0.1", port=port, log_level="warning", lifespan="on"
+            create_app(config, tracer_provider=tracer_provider),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            lifespan="on",
         )
     )
     gateway = RunningGateway(server, port)

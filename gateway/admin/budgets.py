@@ -46,7 +46,8 @@ def _from_mapping(tenant: str, raw: Mapping[str, Any]) -> Iterable[BudgetLimit]:
             yield BudgetLimit(tenant, key_window, limit)
 
 
-def _parse(tenant: str, raw: Any) -> list[BudgetLimit]:
+def limits_of(tenant: str, raw: Any) -> list[BudgetLimit]:
+    """The limits one tenant's ``budget``/``budgets`` value declares (none if unreadable)."""
     if isinstance(raw, Mapping):
         return list(_from_mapping(tenant, raw))
     if isinstance(raw, list | tuple):
@@ -64,5 +65,5 @@ def budget_limits(config: GatewayConfig) -> list[BudgetLimit]:
     for name, tenant in config.tenants.items():
         raw = tenant.model_dump()
         for key in ("budget", "budgets"):
-            found.extend(_parse(name, raw.get(key)))
+            found.extend(limits_of(name, raw.get(key)))
     return found

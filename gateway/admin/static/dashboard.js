@@ -71,7 +71,7 @@ function drawOverview(o) {
   $("kpi-denied").textContent = `${t.denied_budget} / ${t.denied_rate_limit}`;
 
   draw("chart-spend", "bar", o.days, datasets(o.spend), stacked);
-  draw("chart-tiers", "line", o.days, datasets(o.requests_by_tier, { tension: 0.2 }), { scales: { y: { beginAtZero: true } } });
+  draw("chart-tiers", "line", o.days, datasets(o.requests_by_tier), { scales: { y: { beginAtZero: true, ticks: { precision: 0 } } } });
   draw("chart-mix", "doughnut", Object.keys(o.tier_mix), [{ label: "requests", data: Object.values(o.tier_mix), backgroundColor: PALETTE }]);
   draw("chart-savings", "bar", ["Always large", "tiergate"], datasets({
     "Spent": [t.baseline_usd, t.cost_usd],
@@ -87,7 +87,8 @@ function drawOverview(o) {
   if (rows.some((r) => r.limit_usd !== null)) budgetSets["Limit (USD)"] = rows.map((r) => r.limit_usd);
   draw("chart-budget", "bar", rows.map((r) => `${r.tenant} (${r.window})`), datasets(budgetSets), horizontal);
   draw("chart-tenants", "bar", o.top_tenants.map((r) => r.tenant), datasets({ "Spend (USD)": o.top_tenants.map((r) => r.cost_usd) }), horizontal);
-  draw("chart-models", "bar", o.top_models.map((r) => r.model), datasets({ "Requests": o.top_models.map((r) => r.requests) }), horizontal);
+  draw("chart-models", "bar", o.top_models.map((r) => r.model), datasets({ "Requests": o.top_models.map((r) => r.requests) }),
+    { indexAxis: "y", scales: { x: { beginAtZero: true, ticks: { precision: 0 } } } });
 }
 
 function drawLatency(l) {
