@@ -13,9 +13,11 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics import MetricWrapperBase
 
 from backends.pool import EnginePool, Replica
 from gateway.autoscale import Autoscaler, tier_utilisation
@@ -25,6 +27,8 @@ TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0)
 TPOT_BUCKETS = (0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 CLASSIFIER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
+
+M = TypeVar("M", bound=MetricWrapperBase)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,9 @@ def prefix_hit_rate(extra: Mapping[str, float]) -> float | None:
 class GatewayMetrics:
     def __init__(self, config: GatewayConfig) -> None:
         self.registry = CollectorRegistry()
+        # Labelled children by label values: ``labels()`` takes a lock and builds a key
+        # on every call; the set is bounded by the config, so keep them.
+        self._children: dict[tuple[int, tuple[str, ...]], MetricWrapperBase] = {}
         self.tenant_label = config.metrics.tenant_label
         self.autoscaler = Autoscaler(config.metrics.autoscale)
         self._latency_signal = config.metrics.autoscale.latency
@@ -142,27 +149,34 @@ class GatewayMetrics:
     def _tenant(self, tenant: str) -> tuple[str, ...]:
         return (tenant,) if self.tenant_label else ()
 
+    def _child(self, metric: M, *labels: str) -> M:
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child  # type: ignore[return-value]
+
     def request_ended(self, record: RequestRecord) -> None:
-        t = self._tenant(record.tenant)
-        self.requests.labels(*t, record.tier, record.model, record.status, record.cache).inc()
-        self.latency.labels(record.tier, record.status).observe(record.latency_s)
+        t, tier, child = self._tenant(record.tenant), record.tier, self._child
+        child(self.requests, *t, tier, record.model, record.status, record.cache).inc()
+        child(self.latency, tier, record.status).observe(record.latency_s)
         if record.ttft_s is not None:
-            self.ttft.labels(record.tier).observe(record.ttft_s)
+            child(self.ttft, tier).observe(record.ttft_s)
             if record.completion_tokens > 1:
                 decode_s = max(record.latency_s - record.ttft_s, 0.0)
-                self.tpot.labels(record.tier).observe(decode_s / (record.completion_tokens - 1))
+                child(self.tpot, tier).observe(decode_s / (record.completion_tokens - 1))
         for direction, count in (
             ("input", record.prompt_tokens),
             ("cached", record.cached_tokens),
             ("output", record.completion_tokens),
         ):
             if count:
-                self.tokens.labels(*t, record.tier, direction).inc(count)
-        self.cost.labels(*t, record.tier).inc(record.cost_usd)
+                child(self.tokens, *t, tier, direction).inc(count)
+        child(self.cost, *t, tier).inc(record.cost_usd)
         if record.saved_routing_usd > 0:
-            self.saved.labels(*t, "routing").inc(record.saved_routing_usd)
+            child(self.saved, *t, "routing").inc(record.saved_routing_usd)
         if record.saved_cache_usd > 0:
-            self.saved.labels(*t, "cache").inc(record.saved_cache_usd)
+            child(self.saved, *t, "cache").inc(record.saved_cache_usd)
         if record.status == "ok":
             signal = record.ttft_s if self._latency_signal == "ttft" else record.latency_s
             if signal is not None:
@@ -170,7 +184,7 @@ class GatewayMetrics:
 
     def denied(self, tenant: str, reason: str) -> None:
         """A request refused by a budget (``budget``) or a rate limit (``rate_limit``)."""
-        self.denials.labels(*self._tenant(tenant), reason).inc()
+        self._child(self.denials, *self._tenant(tenant), reason).inc()
 
     def classified(self, seconds: float) -> None:
         """Hook for the complexity classifier: how long one classification took."""

@@ -44,8 +44,8 @@ def traffic_config() -> dict[str, object]:
     engines["fake-medium"]["options"] = {"tokens": 8, "token_delay_s": 0.5, "max_inflight": 2}
     config["metrics"] = {
         "autoscale": {
-            "up_p99_s": 0.2,
-            "down_p99_s": 0.1,
+            "up_p99_s": 0.25,
+            "down_p99_s": 0.15,
             "up_utilisation": 0.8,
             "down_utilisation": 0.3,
         }
@@ -97,13 +97,13 @@ def test_counters_and_histograms_move_with_traffic() -> None:
         assert value(samples, "tiergate_time_to_first_token_seconds_count", tier="small") == 3
         assert value(samples, "tiergate_time_to_first_token_seconds_count", tier="large") == 1
         assert value(samples, "tiergate_time_to_first_token_seconds_sum", tier="large") >= 0.3
-        # The 0.3 s first token lands above the 0.25 s bucket, below the 0.5 s one.
+        # The 0.3 s first token lands above the 0.25 s bucket.
         assert (
             value(samples, "tiergate_time_to_first_token_seconds_bucket", tier="large", le="0.25")
             == 0
         )
         assert (
-            value(samples, "tiergate_time_to_first_token_seconds_bucket", tier="large", le="0.5")
+            value(samples, "tiergate_time_to_first_token_seconds_bucket", tier="large", le="2.0")
             == 1
         )
         assert value(samples, "tiergate_time_per_output_token_seconds_count", tier="small") == 3
@@ -141,7 +141,7 @@ def test_counters_and_histograms_move_with_traffic() -> None:
         )
         assert rate == pytest.approx(0.75)
 
-        # Autoscaling: large is slow (p99 TTFT 0.3 s > 0.2 s) → up; small is fast and idle → down.
+        # Autoscaling: large is slow (p99 TTFT 0.3 s > 0.25 s) → up; small is fast and idle → down.
         assert value(samples, "tiergate_autoscale_recommended_replicas", tier="large") == 2
         assert value(samples, "tiergate_autoscale_direction", tier="large") == 1
         assert value(samples, "tiergate_autoscale_recommended_replicas", tier="small") == 1
