@@ -1,9 +1,11 @@
 """Budget limits per tenant, read tolerantly from the tenants' config.
 
 The budget schema belongs to the budgets feature; this reads whatever it declares
-under a tenant's ``budget`` or ``budgets`` — ``{daily_usd: 5, monthly_usd: 100}``,
-``{day: 5}``, or a list of ``{window: day, limit_usd: 5}`` — and shows spend only
-for a tenant without one. Spend used is the ledger's, for the current UTC day or month.
+under a tenant's ``budget`` or ``budgets`` — ``{limit_usd: 5, window: daily}``,
+``{daily_usd: 5, monthly_usd: 100}``, or a list of those — plus a deployment-wide
+``budgets.global_budget`` (shown as tenant ``*``), and shows spend only for a tenant
+without one. Spend used is the ledger's, for the current UTC day or month; windows the
+ledger cannot cover cheaply (``total``) are not shown.
 """
 
 from __future__ import annotations
@@ -60,10 +62,16 @@ def limits_of(tenant: str, raw: Any) -> list[BudgetLimit]:
     return []
 
 
+ALL_TENANTS = "*"
+
+
 def budget_limits(config: GatewayConfig) -> list[BudgetLimit]:
     found: list[BudgetLimit] = []
     for name, tenant in config.tenants.items():
         raw = tenant.model_dump()
         for key in ("budget", "budgets"):
             found.extend(limits_of(name, raw.get(key)))
+    deployment = config.model_dump().get("budgets")
+    if isinstance(deployment, Mapping):
+        found.extend(limits_of(ALL_TENANTS, deployment.get("global_budget")))
     return found

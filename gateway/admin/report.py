@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from gateway.admin.budgets import BudgetLimit
+from gateway.admin.budgets import ALL_TENANTS, BudgetLimit
 from gateway.autoscale import percentile
 from policies.ledger import DayAggregate, SpendEvent
 
@@ -115,8 +115,10 @@ def budget_rows(
     }
     for agg in today:
         used["day"][agg.tenant] += agg.get("cost_usd")
+        used["day"][ALL_TENANTS] += agg.get("cost_usd")
     for agg in month:
         used["month"][agg.tenant] += agg.get("cost_usd")
+        used["month"][ALL_TENANTS] += agg.get("cost_usd")
     rows: list[dict[str, Any]] = []
     limited = {limit.tenant for limit in limits}
     for limit in limits:

@@ -10,11 +10,16 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from gateway.admin.budgets import limits_of
+from gateway.admin.budgets import BudgetLimit, limits_of
+from gateway.admin.report import budget_rows
 from policies import ledger as ledger_module
+from policies.ledger import DayAggregate
+from policies.schema import GatewayConfig, TenantSpec
 from tests.gateway.ledger_seed import ADMIN_KEY, admin_config, expected, seeded_events
 from tests.support import OTHER_KEY, TEST_KEY, RunningGateway, fake_config, running_gateway
 
+# The budgets feature declares per-tenant limits in the config; before it lands, none.
+BUDGETS_IN_CONFIG = "budget" in TenantSpec.model_fields
 ADMIN_PATHS = ("/admin", "/admin/api/overview", "/admin/api/latency", "/admin/api/denials")
 
 
@@ -23,11 +28,18 @@ def seeded(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[RunningGateway]:
     config = admin_config(fake_config())
+    if BUDGETS_IN_CONFIG:
+        config["tenants"]["acme"]["budget"] = {"limit_usd": 50.0, "window": "monthly"}
     prefix = ""
     if request.param == "redis":
-        prefix = f"tg:{{ledger-test-{uuid.uuid4().hex}}}"
-        monkeypatch.setattr(ledger_module, "PREFIX", prefix)
-        monkeypatch.setattr(ledger_module, "EVENTS_KEY", f"{prefix}:events")
+        # Keys of this test only: a random prefix, however the ledger names its keys.
+        prefix = f"tgtest{uuid.uuid4().hex}"
+        if "redis_prefix" in GatewayConfig.model_fields:
+            config["redis_prefix"] = prefix
+        monkeypatch.setattr(ledger_module, "PREFIX", f"{prefix}:{{ledger}}", raising=False)
+        monkeypatch.setattr(
+            ledger_module, "EVENTS_KEY", f"{prefix}:{{ledger}}:events", raising=False
+        )
         config["redis_url"] = "redis://127.0.0.1:6379/0"
     with running_gateway(config) as gateway:
         for event in seeded_events():
@@ -135,9 +147,10 @@ def test_api_numbers_match_the_seeded_ledger(seeded: RunningGateway) -> None:
         assert {r["model"]: r["requests"] for r in overview["top_models"]} == pytest.approx(
             want.model_requests
         )
-        assert {r["tenant"]: r["used_usd"] for r in overview["budgets"]} == pytest.approx(
-            want.month_used
-        )
+        budgets = {r["tenant"]: r for r in overview["budgets"]}
+        assert {t: r["used_usd"] for t, r in budgets.items()} == pytest.approx(want.month_used)
+        assert budgets["globex"]["limit_usd"] is None
+        assert budgets["acme"]["limit_usd"] == (50.0 if BUDGETS_IN_CONFIG else None)
 
         latency = client.get("/admin/api/latency", params=params).json()["tiers"]
         for tier, values in want.latency.items():
@@ -186,6 +199,28 @@ def test_budget_limits_are_read_tolerantly() -> None:
     assert [
         (b.window, b.limit_usd) for b in limits_of("t", [{"window": "month", "limit_usd": 9}])
     ] == [("month", 9.0)]
+    assert limits_of("t", {"limit_usd": 5, "window": "daily"}) == [BudgetLimit("t", "day", 5.0)]
+    assert limits_of("t", {"limit_usd": 5, "window": "total"}) == []
     assert (
         limits_of("t", None) == [] and limits_of("t", 5) == [] and limits_of("t", {"rpm": 3}) == []
     )
+
+
+def test_budget_rows_compare_used_with_limits() -> None:
+    limits = [
+        BudgetLimit("acme", "day", 2.0),
+        BudgetLimit("acme", "month", 30.0),
+        BudgetLimit("*", "day", 9.0),
+    ]
+    today = [
+        DayAggregate("acme", "2026-01-31", {"cost_usd": 1.5}),
+        DayAggregate("globex", "2026-01-31", {"cost_usd": 4.0}),
+    ]
+    month = [*today, DayAggregate("acme", "2026-01-02", {"cost_usd": 10.0})]
+    rows = budget_rows(["acme", "globex"], limits, today, month)
+    assert [(r["tenant"], r["window"], r["used_usd"], r["limit_usd"]) for r in rows] == [
+        ("acme", "day", 1.5, 2.0),
+        ("acme", "month", 11.5, 30.0),
+        ("*", "day", 5.5, 9.0),
+        ("globex", "month", 4.0, None),
+    ]

@@ -17,6 +17,7 @@ import pytest
 
 from gateway.admin.pages import CHART_JS
 from policies.ledger import SpendEvent
+from policies.schema import TenantSpec
 from tests.gateway.ledger_seed import ADMIN_KEY, Expected, admin_config, expected, seeded_events
 from tests.support import REPO, TEST_KEY, RunningGateway, fake_config, running_gateway
 
@@ -32,6 +33,7 @@ FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+BUDGETS_IN_CONFIG = "budget" in TenantSpec.model_fields
 ARTIFACT = REPO / "artifacts" / "dashboard.png"
 
 
@@ -58,7 +60,10 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def gateway() -> Iterator[RunningGateway]:
-    with running_gateway(admin_config(fake_config())) as running:
+    config = admin_config(fake_config())
+    if BUDGETS_IN_CONFIG:
+        config["tenants"]["acme"]["budget"] = {"limit_usd": 50.0, "window": "monthly"}
+    with running_gateway(config) as running:
         for event in seeded_events():
             running.call(running.state.ledger.record(event))
         yield running
@@ -101,6 +106,10 @@ def check_charts(page: Any, want: Expected) -> None:
     assert budget["sets"]["Used (USD)"] == pytest.approx(
         [want.month_used["acme"], want.month_used["globex"]]
     )
+    if BUDGETS_IN_CONFIG:
+        assert budget["sets"]["Limit (USD)"] == [50.0, None]
+    else:
+        assert "Limit (USD)" not in budget["sets"]
     latency = chart(page, "chart-latency")
     assert latency["labels"] == ["small", "medium", "large"]
     for label, key in (
