@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, fields
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Protocol
 
+from policies.latency_buckets import bucket_of
 from policies.store import MemoryStore, RedisStore, Store
 
 # One hash tag: every ledger key lives in one Redis Cluster slot, so MULTI works.
@@ -95,6 +96,9 @@ class SpendEvent:
         }
         if self.status != "ok":
             out[f"status_{self.status}"] = 1.0
+        else:
+            out[f"latency_ms_le:{self.tier}:{bucket_of(self.latency_ms)}"] = 1.0
+            out[f"ttft_ms_le:{self.tier}:{bucket_of(self.ttft_ms)}"] = 1.0
         if self.downgraded:
             out["downgraded"] = 1.0
         return out

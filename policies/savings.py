@@ -1,17 +1,23 @@
 """Money saved by routing: what the always-large baseline would have charged, minus the cost.
 
 The baseline is the last tier in the file (tiers are listed cheapest first), priced at
-its first engine's model.
+the dearest of its models for this usage.
 """
 
 from __future__ import annotations
 
-from policies.schema import GatewayConfig, Price
+from policies.schema import GatewayConfig
 
 
-def baseline_price(config: GatewayConfig) -> Price | None:
+def baseline_cost(
+    config: GatewayConfig, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0
+) -> float:
     largest = list(config.tiers.values())[-1]
-    return config.prices.get(config.engines[largest.engines[0]].model)
+    prices = [config.prices.get(config.engines[e].model) for e in largest.engines]
+    return max(
+        (p.cost(prompt_tokens, completion_tokens, cached_tokens) for p in prices if p is not None),
+        default=0.0,
+    )
 
 
 def routing_saving(
@@ -21,7 +27,5 @@ def routing_saving(
     completion_tokens: int,
     cached_tokens: int = 0,
 ) -> float:
-    price = baseline_price(config)
-    if price is None:
-        return 0.0
-    return max(price.cost(prompt_tokens, completion_tokens, cached_tokens) - cost_usd, 0.0)
+    baseline = baseline_cost(config, prompt_tokens, completion_tokens, cached_tokens)
+    return max(baseline - cost_usd, 0.0)

@@ -1,8 +1,10 @@
 """``/admin/api/*``: the dashboard's JSON, also for scripts with the Bearer admin key.
 
 Every endpoint takes ``start`` and ``end`` (ISO dates, UTC, inclusive; default the
-last 7 days). Latency and denials come from the newest ``EVENT_SAMPLE`` events of the
-range; the rest from the per-day aggregates, which cover every request.
+last 7 days). ``overview`` reads the per-day aggregates, which cover every request
+(latency percentiles included); ``denials`` the newest ``EVENT_SAMPLE`` events of the
+range, because reading events back is slow (about 0.4 ms each with redis-py's Python
+parser, 0.06 ms with hiredis).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from policies.store import StoreUnavailable
 
 MAX_DAYS = 366
 DEFAULT_DAYS = 7
-EVENT_SAMPLE = 10_000
+EVENT_SAMPLE = 500
 DENIALS_SHOWN = 50
 
 
@@ -86,6 +88,7 @@ async def overview(request: Request) -> Response:
 
     def build() -> dict[str, Any]:
         body = report.overview(aggregates, days_between(start, end), tenants, tiers)
+        body["latency"] = report.latency(aggregates, tiers)
         limits = budget_limits(state.config)
         body["budgets"] = report.budget_rows(tenants, limits, today_aggs, month_aggs)
         body["range"] = {"start": start.isoformat(), "end": end.isoformat()}
@@ -94,22 +97,18 @@ async def overview(request: Request) -> Response:
     return _json(await asyncio.to_thread(build))
 
 
-async def latency(request: Request) -> Response:
-    state, start, end = await _authorized_range(request)
-    try:
-        events = await _events(state, start, end)
-    except (StoreUnavailable, RedisError) as exc:
-        raise ServiceUnavailable("the ledger is unavailable") from exc
-    tiers = list(state.config.tiers)
-    by_tier = await asyncio.to_thread(report.latency, events, tiers)
-    return _json({"range": {"start": start.isoformat(), "end": end.isoformat()}, "tiers": by_tier})
-
-
 async def denials(request: Request) -> Response:
+    """The newest refused requests (budget, rate limit) among the newest events of the range."""
     state, start, end = await _authorized_range(request)
     try:
         events = await _events(state, start, end)
     except (StoreUnavailable, RedisError) as exc:
         raise ServiceUnavailable("the ledger is unavailable") from exc
     rows = await asyncio.to_thread(report.denials, events, DENIALS_SHOWN)
-    return _json({"range": {"start": start.isoformat(), "end": end.isoformat()}, "denials": rows})
+    return _json(
+        {
+            "range": {"start": start.isoformat(), "end": end.isoformat()},
+            "sampled_events": len(events),
+            "denials": rows,
+        }
+    )

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from gateway.admin.budgets import ALL_TENANTS, BudgetLimit
-from gateway.autoscale import percentile
+from policies.latency_buckets import quantile
 from policies.ledger import DayAggregate, SpendEvent
 
 TOP_N = 10
@@ -143,24 +143,27 @@ def budget_rows(
     return rows
 
 
-def latency(events: Iterable[SpendEvent], tiers: Sequence[str]) -> dict[str, dict[str, float]]:
-    """p50/p99 of end-to-end latency and time to first token per tier (served requests)."""
-    total: dict[str, list[float]] = {tier: [] for tier in tiers}
-    ttft: dict[str, list[float]] = {tier: [] for tier in tiers}
-    for event in events:
-        if event.kind != "request" or event.status != "ok":
-            continue
-        total.setdefault(event.tier, []).append(event.latency_ms)
-        ttft.setdefault(event.tier, []).append(event.ttft_ms)
+def latency(
+    aggregates: Iterable[DayAggregate], tiers: Sequence[str]
+) -> dict[str, dict[str, float]]:
+    """p50/p99 of end-to-end latency and time to first token per tier, over every served
+    request of the range (from the aggregates' histograms; bucket upper bounds, in ms)."""
+    buckets: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for agg in aggregates:
+        for kind in ("latency", "ttft"):
+            for name, count in _named(agg.values, f"{kind}_ms_le:").items():
+                tier, _, bound = name.rpartition(":")
+                buckets[(kind, tier)][bound] += count
+    seen = sorted({tier for _, tier in buckets} - set(tiers))
     return {
         tier: {
-            "count": float(len(values)),
-            "latency_p50_ms": percentile(values, 50),
-            "latency_p99_ms": percentile(values, 99),
-            "ttft_p50_ms": percentile(ttft[tier], 50),
-            "ttft_p99_ms": percentile(ttft[tier], 99),
+            "count": sum(buckets[("latency", tier)].values()),
+            "latency_p50_ms": quantile(buckets[("latency", tier)], 0.5),
+            "latency_p99_ms": quantile(buckets[("latency", tier)], 0.99),
+            "ttft_p50_ms": quantile(buckets[("ttft", tier)], 0.5),
+            "ttft_p99_ms": quantile(buckets[("ttft", tier)], 0.99),
         }
-        for tier, values in total.items()
+        for tier in [*tiers, *seen]
     }
 
 

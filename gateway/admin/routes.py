@@ -13,5 +13,4 @@ def add_routes(app: Starlette) -> None:
     app.add_route("/admin/logout", pages.logout, methods=["POST"])
     app.add_route("/admin/static/{name}", pages.static, methods=["GET"])
     app.add_route("/admin/api/overview", api.overview, methods=["GET"])
-    app.add_route("/admin/api/latency", api.latency, methods=["GET"])
     app.add_route("/admin/api/denials", api.denials, methods=["GET"])

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+from policies.latency_buckets import BOUNDS_MS
 from policies.ledger import SpendEvent
 
 ADMIN_KEY = "tg-admin-key-for-tests-000111"
@@ -124,16 +125,17 @@ class Expected:
     tenant_spend: dict[str, float]
     model_requests: dict[str, float]
     denials: list[str]  # request ids, newest first
-    latency: dict[str, dict[str, float]]  # tier -> p50/p99 of latency and ttft (nearest rank)
+    latency: dict[str, dict[str, float]]  # tier -> p50/p99 of latency and ttft (bucket bounds)
     month_used: dict[str, float]
 
 
-def _nearest_rank(values: list[float], q: int) -> float:
+def _nearest_rank_bucket(values: list[float], q: int) -> float:
+    """The upper bound of the histogram bucket that holds the nearest-rank percentile."""
     if not values:
         return 0.0
     ordered = sorted(values)
-    rank = max(-(-q * len(ordered) // 100), 1)
-    return ordered[rank - 1]
+    value = ordered[max(-(-q * len(ordered) // 100), 1) - 1]
+    return float(next((b for b in BOUNDS_MS if value <= b), BOUNDS_MS[-1]))
 
 
 def expected(events: list[SpendEvent], start: date, end: date) -> Expected:
@@ -161,10 +163,10 @@ def expected(events: list[SpendEvent], start: date, end: date) -> Expected:
         ok = [e for e in served if e.tier == tier and e.status == "ok"]
         lat, ttft = [e.latency_ms for e in ok], [e.ttft_ms for e in ok]
         latency[tier] = {
-            "latency_p50_ms": _nearest_rank(lat, 50),
-            "latency_p99_ms": _nearest_rank(lat, 99),
-            "ttft_p50_ms": _nearest_rank(ttft, 50),
-            "ttft_p99_ms": _nearest_rank(ttft, 99),
+            "latency_p50_ms": _nearest_rank_bucket(lat, 50),
+            "latency_p99_ms": _nearest_rank_bucket(lat, 99),
+            "ttft_p50_ms": _nearest_rank_bucket(ttft, 50),
+            "ttft_p99_ms": _nearest_rank_bucket(ttft, 99),
         }
     this_month = datetime.now(UTC).date().replace(day=1)
     month_used: dict[str, float] = defaultdict(float)

@@ -91,26 +91,26 @@ function drawOverview(o) {
     { indexAxis: "y", scales: { x: { beginAtZero: true, ticks: { precision: 0 } } } });
 }
 
-function drawLatency(l) {
-  const tiers = Object.keys(l.tiers);
-  const pick = (name) => tiers.map((tier) => l.tiers[tier][name]);
+function drawLatency(latency) {
+  const tiers = Object.keys(latency);
+  const pick = (name) => tiers.map((tier) => latency[tier][name]);
   draw("chart-latency", "bar", tiers, datasets({
     "latency p50": pick("latency_p50_ms"), "latency p99": pick("latency_p99_ms"),
     "TTFT p50": pick("ttft_p50_ms"), "TTFT p99": pick("ttft_p99_ms"),
   }), { scales: { y: { beginAtZero: true } } });
 }
 
-function drawDenials(d) {
+function drawDenials(denials) {
   const body = $("denials").tBodies[0];
   body.replaceChildren();
-  for (const r of d.denials) {
+  for (const r of denials) {
     const tr = body.insertRow();
     const when = new Date(r.ts * 1000).toISOString().replace("T", " ").slice(0, 19);
     for (const text of [when, r.tenant, r.key_id, r.reason.replace("_", " "), r.tier, r.request_id]) {
       tr.insertCell().textContent = text;
     }
   }
-  if (!d.denials.length) {
+  if (!denials.length) {
     const cell = body.insertRow().insertCell();
     cell.colSpan = 6;
     cell.className = "empty";
@@ -121,10 +121,10 @@ function drawDenials(d) {
 async function refresh() {
   $("status").textContent = "Loading…";
   try {
-    const [overview, latency, denials] = await Promise.all([getJSON("overview"), getJSON("latency"), getJSON("denials")]);
+    const [overview, denials] = await Promise.all([getJSON("overview"), getJSON("denials")]);
     drawOverview(overview);
-    drawLatency(latency);
-    drawDenials(denials);
+    drawLatency(overview.latency);
+    drawDenials(denials.denials);
     $("status").textContent = `${overview.range.start} to ${overview.range.end} (UTC), updated ${new Date().toLocaleTimeString()}`;
     document.body.dataset.loaded = `${overview.range.start}/${overview.range.end}`;
   } catch (err) {
