@@ -73,9 +73,9 @@ async def dashboard(request: Request) -> Response:
 
 async def login(request: Request) -> Response:
     state = get_state(request)
-    raw = await read_body(request, LOGIN_BODY_LIMIT)
     if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
         raise InvalidRequest("log in with the form at /admin")
+    raw = await read_body(request, LOGIN_BODY_LIMIT)
     key = parse_qs(raw.decode("utf-8", "replace")).get("key", [""])[0].strip()
     digest = admin_digest(state)
     if not key or digest is None or not is_admin_key(state, key):
