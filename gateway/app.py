@@ -23,11 +23,12 @@ from backends.registry import build_engine
 from gateway.admin import routes as admin
 from gateway.errors import ApiError
 from gateway.metrics import GatewayMetrics
-from gateway.routes import chat, completions, health, metrics, models
+from gateway.routes import admin_budgets, chat, completions, health, metrics, models
 from gateway.state import GatewayState
 from gateway.tracing import open_tracing, traced
 from policies.ledger import open_ledger
 from policies.schema import GatewayConfig
+from policies.spending import open_budget_store, open_rate_limiter
 from policies.store import open_store
 from policies.tenants import KeyRing
 
@@ -37,7 +38,11 @@ log = logging.getLogger(__name__)
 async def build_state(
     config: GatewayConfig, tracer_provider: TracerProvider | None = None
 ) -> GatewayState:
-    store = open_store(config.redis_url)
+    store = open_store(
+        config.redis_url,
+        timeout_s=config.redis_timeout_s,
+        max_connections=config.redis_max_connections,
+    )
     replicas: dict[str, list[Replica]] = {}
     for name, spec in config.engines.items():
         max_inflight = int(spec.options.get("max_inflight", 256))
@@ -52,19 +57,24 @@ async def build_state(
         tier_name: EnginePool(tier_name, [r for e in tier.engines for r in replicas[e]])
         for tier_name, tier in config.tiers.items()
     }
+    ledger = open_ledger(store, config.redis_prefix)
     return GatewayState(
         config=config,
         keyring=KeyRing.from_config(config),
         store=store,
-        ledger=open_ledger(store),
+        ledger=ledger,
         replicas=replicas,
         pools=pools,
         metrics=GatewayMetrics(config),
         tracing=open_tracing(tracer_provider),
+        budgets=open_budget_store(config, ledger),
+        limiter=open_rate_limiter(config, store),
     )
 
 
 async def close_state(state: GatewayState) -> None:
+    if state.background:
+        await asyncio.wait(set(state.background), timeout=10)
     engines = [r.engine for group in state.replicas.values() for r in group]
     await asyncio.gather(*(engine.aclose() for engine in engines), return_exceptions=True)
     await state.store.aclose()
@@ -109,6 +119,9 @@ def create_app(config: GatewayConfig, *, tracer_provider: TracerProvider | None 
         "/v1/completions", traced("text_completion", completions.completions), methods=["POST"]
     )
     app.add_route("/v1/models", models.list_models, methods=["GET"])
+    app.add_route("/admin/api/budgets", admin_budgets.list_budgets, methods=["GET"])
+    app.add_route("/admin/api/budgets", admin_budgets.set_budget, methods=["PUT"])
+    app.add_route("/admin/api/budgets/spend", admin_budgets.spend_by_day, methods=["GET"])
     app.add_route("/healthz", health.healthz, methods=["GET"])
     app.add_route("/readyz", health.readyz, methods=["GET"])
     app.add_route("/metrics", metrics.metrics, methods=["GET"])

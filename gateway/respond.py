@@ -22,9 +22,16 @@ async def respond(
     request: Request, run: Execution, whole: BodyBuilder, streamed: StreamBuilder
 ) -> Response:
     if run.routed.stream:
-        await run.open()
-        return EventStreamResponse(sse(streamed(run)), run.headers())
-    payload = await until_disconnect(request, _collect(run, whole))
+        try:
+            await run.open()
+        except BaseException:
+            await run.close()
+            raise
+        return EventStreamResponse(sse(streamed(run)), run.headers(), on_close=run.close)
+    try:
+        payload = await until_disconnect(request, _collect(run, whole))
+    finally:
+        await run.close()
     headers = run.headers()
     headers["x-tiergate-cost-usd"] = f"{run.outcome.cost_usd:.8f}"
     return Response(payload, media_type="application/json", headers=headers)

@@ -16,8 +16,14 @@ from dataclasses import dataclass, replace
 from backends.base import Chunk, GenerationRequest, Usage
 from backends.errors import EngineError, EngineUnavailable
 from backends.pool import StreamInfo
-from gateway import observe
-from gateway.errors import GatewayTimeout, ModelNotFound, PermissionDenied, from_engine_error
+from gateway import budgeting, observe
+from gateway.errors import (
+    ApiError,
+    GatewayTimeout,
+    ModelNotFound,
+    PermissionDenied,
+    from_engine_error,
+)
 from gateway.state import GatewayState
 from gateway.tracing import GENERATION, SETTLEMENT, current_trace
 from policies.savings import routing_saving
@@ -56,6 +62,7 @@ class Outcome:
     error: str | None = None
     ttft_s: float | None = None
     latency_s: float = 0.0
+    saved_usd: float = 0.0  # a cache hit: what it would have cost on its tier
 
 
 def new_request_id(prefix: str) -> str:
@@ -93,12 +100,14 @@ def route(
 
 
 class Execution:
-    """One request's run on the engines: ``open`` primes the stream, ``chunks`` drains it."""
+    """One request's run: ``open`` admits it (rate limit, budget) and primes the stream,
+    ``chunks`` drains it, ``close`` (always called, once it has ended in any way) settles."""
 
     def __init__(self, state: GatewayState, routed: RoutedRequest) -> None:
         self.state = state
         self.routed = routed
         self.outcome = Outcome(tier=routed.tier, model=routed.generation.model)
+        self.ticket: budgeting.Ticket | None = None
         self._stream: AsyncIterator[Chunk] | None = None
         self._first: Chunk | None = None
         self._finished = False
@@ -108,18 +117,33 @@ class Execution:
         self.trace = current_trace()
         observe.begin(self.trace, routed)
         self._generation = self.trace.start(GENERATION)
+        self._draining = False
+        self._dispatched = False
+        self._chunks = 0
+        self._first_at: float | None = None
+        self._settling: asyncio.Task[None] | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
-        """Get the first chunk, failing over along the tier chain while nothing was sent."""
-        tier = self.routed.tier
+        """Admit, then get the first chunk, failing over along the tier chain while
+        nothing was sent."""
+        try:
+            tier, self.ticket = await budgeting.admit(self.state, self.routed)
+        except ApiError as exc:  # refused (429) or the budget store is down (503)
+            self._fail(exc.code or "refused")
+            raise
+        self._apply(tier, self.ticket)
+        self._heartbeat = budgeting.keep_alive(self.state, self.ticket)
         visited: list[str] = []
         while True:
             info = StreamInfo()
             stream = self.state.pools[tier].stream(self.routed.generation, info)
+            self._dispatched = True
             try:
                 async with asyncio.timeout_at(self._deadline):
                     self._first = await anext(stream)
             except EngineUnavailable as exc:
+                self._dispatched = False
                 fallback = self.state.config.tiers[tier].fallback
                 if fallback is None or fallback in visited or fallback == self.routed.tier:
                     self._fail(str(exc))
@@ -128,6 +152,7 @@ class Execution:
                 tier = fallback
                 continue
             except EngineError as exc:
+                self._dispatched = False
                 self._fail(str(exc))
                 raise from_engine_error(exc) from exc
             except TimeoutError:
@@ -139,6 +164,7 @@ class Execution:
                 await _aclose(stream)
                 raise
             self.outcome.ttft_s = time.perf_counter() - self.started
+            self._count(self._first)
             self._stream = stream
             self.outcome.tier = tier
             self.outcome.model = info.model or self.outcome.model
@@ -146,11 +172,33 @@ class Execution:
                 self.outcome.failover_from = self.routed.tier
             return
 
+    def _apply(self, tier: str, ticket: budgeting.Ticket) -> None:
+        """Run on the tier admission chose, capped at the tokens it reserved for."""
+        routed = self.routed
+        generation = routed.generation
+        cap = budgeting.enforce_cap(routed, ticket)
+        if cap is not None:
+            generation = replace(generation, sampling=replace(generation.sampling, max_tokens=cap))
+        if tier != routed.tier:
+            trail = (*routed.decision.trail, f"budget: downgraded {routed.tier} -> {tier}")
+            decision = replace(routed.decision, tier=tier, pinned_model=None, trail=trail)
+            generation = replace(generation, model=routed.requested_model)
+            routed = replace(routed, decision=decision)
+        self.routed = replace(routed, generation=generation)
+        self.outcome.tier = tier
+
+    def _count(self, chunk: Chunk) -> None:
+        if chunk.text or chunk.tool_calls:
+            self._chunks += 1
+            if self._first_at is None:
+                self._first_at = time.perf_counter()
+
     async def chunks(self) -> AsyncIterator[Chunk]:
         """The primed first chunk, then the rest; an engine error after the first byte
         surfaces as ``ApiError`` for the SSE layer to turn into an error event."""
         assert self._stream is not None and self._first is not None
         stream, first = self._stream, self._first
+        self._draining = True
         try:
             chunk: Chunk | None = first
             while chunk is not None:
@@ -159,6 +207,8 @@ class Execution:
                 yield chunk
                 async with asyncio.timeout_at(self._deadline):
                     chunk = await anext(stream, None)
+                if chunk is not None:
+                    self._count(chunk)
         except EngineError as exc:
             self._fail(str(exc))
             raise from_engine_error(exc) from exc
@@ -206,6 +256,39 @@ class Execution:
         self.outcome.latency_s = time.perf_counter() - self.started
         observe.finish(self, self._generation)
 
+    async def close(self) -> None:
+        """Abort an unread stream and settle the budget; safe to call more than once.
+
+        Settlement is its own task: a request cancelled while closing still settles."""
+        if self._stream is not None and not self._draining:
+            self._draining = True
+            await _aclose(self._stream)
+        if not self._finished:
+            self._fail("cancelled")
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        if self.ticket is None:
+            return
+        if self._settling is None:
+            self._settling = asyncio.ensure_future(self._settle_budget(self.ticket))
+            self.state.background.add(self._settling)
+            self._settling.add_done_callback(self.state.background.discard)
+        await asyncio.shield(self._settling)
+
+    async def _settle_budget(self, ticket: budgeting.Ticket) -> None:
+        ended = time.perf_counter()
+        status = "ok" if self.outcome.error is None else "error"
+        if self.outcome.error == "cancelled":
+            status = "cancelled"
+        progress = budgeting.Progress(
+            dispatched=self._dispatched,
+            streamed_chunks=self._chunks,
+            latency_ms=(ended - self.started) * 1000,
+            ttft_ms=((self._first_at or ended) - self.started) * 1000,
+            status=status,
+        )
+        await budgeting.settle(self.state, self.routed, ticket, self.outcome, progress)
+
     def headers(self) -> dict[str, str]:
         headers = {
             "x-request-id": self.routed.request_id,
@@ -215,6 +298,12 @@ class Execution:
         }
         if self.outcome.failover_from is not None:
             headers["x-tiergate-failover"] = f"{self.outcome.failover_from}->{self.outcome.tier}"
+        if self.ticket is not None:
+            headers.update(self.ticket.headers)
+            if self.ticket.downgraded:
+                headers["x-tiergate-downgraded"] = (
+                    f"{self.ticket.requested_tier}->{self.outcome.tier}"
+                )
         return headers
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import orjson
@@ -47,8 +47,14 @@ class EventStreamResponse(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, events: AsyncGenerator[bytes, None], headers: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        events: AsyncGenerator[bytes, None],
+        headers: Mapping[str, str],
+        on_close: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self.events = events
+        self.on_close = on_close
         self.status_code = 200
         self.background = None
         self.init_headers({**headers, "cache-control": "no-cache", "x-accel-buffering": "no"})
@@ -63,6 +69,9 @@ class EventStreamResponse(Response):
             watcher.cancel()
             await asyncio.wait({writer, watcher})
             await self.events.aclose()
+            if self.on_close is not None:
+                # Runs even when the stream was never read (the client left at once).
+                await self.on_close()
         if not writer.cancelled():
             writer.result()
 

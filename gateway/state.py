@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
 from backends.pool import EnginePool, Replica
 from gateway.metrics import GatewayMetrics
 from gateway.tracing import Tracing
+from policies.budget import BudgetStore
 from policies.ledger import Ledger
+from policies.ratelimit import RateLimiter
 from policies.schema import GatewayConfig
 from policies.store import Store
 from policies.tenants import KeyRing
@@ -25,7 +28,12 @@ class GatewayState:
     pools: dict[str, EnginePool]
     metrics: GatewayMetrics
     tracing: Tracing
+    budgets: BudgetStore
+    limiter: RateLimiter
     ready: bool = False
+    # Settlements run as their own tasks so a cancelled request still settles; the
+    # lifespan waits for them before closing the store.
+    background: set[asyncio.Task[None]] = field(default_factory=set)
 
 
 def get_state(request: Request) -> GatewayState:

@@ -49,8 +49,24 @@ class Price(Frozen):
         ) / 1_000_000
 
 
+class BudgetSpec(Frozen):
+    """A spending cap in USD over a window (UTC days and months; ``total`` never resets)."""
+
+    limit_usd: float = Field(ge=0)
+    window: Literal["daily", "monthly", "total"] = "daily"
+
+
+class RateLimitSpec(Frozen):
+    """Sliding one-minute windows; ``None`` means no limit of that kind."""
+
+    requests_per_minute: int | None = Field(None, ge=1)
+    tokens_per_minute: int | None = Field(None, ge=1)
+
+
 class ApiKey(Frozen):
     id: str
+    budget: BudgetSpec | None = None
+    rate_limit: RateLimitSpec | None = None
     sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
     from_env: str | None = None
 
@@ -65,6 +81,13 @@ class TenantSpec(Frozen):
     keys: tuple[ApiKey, ...] = Field(min_length=1)
     default_tier: str = "small"
     allowed_tiers: tuple[str, ...] | None = None
+    budget: BudgetSpec | None = None
+    # Over budget: refuse (429 insufficient_quota) or move to the most capable tier that fits.
+    on_budget_exceeded: Literal["reject", "downgrade"] = "reject"
+    rate_limit: RateLimitSpec | None = None
+    # Budget / rate-limit store unreachable: refuse (503) unless these say to let requests through.
+    budget_fail_open: bool = False
+    rate_limit_fail_open: bool = False
 
 
 class RoutingConfig(Frozen):
@@ -112,9 +135,32 @@ class MetricsConfig(Frozen):
     autoscale: AutoscaleConfig = AutoscaleConfig()
 
 
+class BudgetsConfig(Frozen):
+    """How reservations are sized and kept; per-tenant and per-key caps live on those."""
+
+    global_budget: BudgetSpec | None = None
+    reservation_ttl_s: float = Field(120.0, gt=0)
+    # Worst case for a prompt: a token never covers less than one byte (byte-level BPE), so
+    # bytes / 1 is safe; a larger value reserves less but can undercount.
+    prompt_bytes_per_token: float = Field(1.0, gt=0)
+    prompt_overhead_tokens: int = Field(16, ge=0)
+    message_overhead_tokens: int = Field(8, ge=0)
+    # The completion cap used (and enforced) when a request sets no max_tokens and neither
+    # max_output_tokens[model] nor the engine's default_max_tokens option gives one.
+    default_max_output_tokens: int = Field(4096, ge=1)
+    max_output_tokens: dict[str, int] = Field(default_factory=dict)
+
+
 class GatewayConfig(Frozen):
     server: ServerConfig = ServerConfig()
     redis_url: str | None = None
+    # Every Redis key starts with this, so several deployments (or tests) can share one server.
+    redis_prefix: str = Field("tg", pattern=r"^[A-Za-z0-9_.:-]+$")
+    # How long a Redis call (or a wait for a pooled connection) may take before the
+    # store counts as unreachable; and the pool size per process.
+    redis_timeout_s: float = Field(0.5, gt=0)
+    redis_max_connections: int = Field(64, ge=1)
+    budgets: BudgetsConfig = BudgetsConfig()
     engines: dict[str, EngineSpec] = Field(min_length=1)
     tiers: dict[str, TierSpec] = Field(min_length=1)
     prices: dict[str, Price] = Field(default_factory=dict)

@@ -165,9 +165,11 @@ class RedisStore:
         await self.redis.connection_pool.disconnect()
 
 
-def open_store(redis_url: str | None) -> Store:
+def open_store(
+    redis_url: str | None, *, timeout_s: float = 0.5, max_connections: int = 64
+) -> Store:
     if redis_url:
-        return RedisStore(redis_url)
+        return RedisStore(redis_url, timeout_s=timeout_s, max_connections=max_connections)
     log.warning(
         "no redis_url configured: state lives in this process only "
         "(caches, budgets and rate limits are NOT shared between replicas)"

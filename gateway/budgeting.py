@@ -1,0 +1,287 @@
+"""Admission (rate limits, then a budget reservation) and settlement of one request.
+
+``admit`` runs before dispatch: it may refuse (429), fail closed (503), or move the
+request to a cheaper tier the tenant can afford. ``settle`` runs once the request has
+ended in any way and charges what it really cost, writing the ledger event with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from backends.base import GenerationRequest, Usage
+from gateway.errors import InsufficientQuota, RateLimited, ServiceUnavailable
+from gateway.spend import (
+    WorstCase,
+    completion_cap,
+    downgrade_tiers,
+    model_cost,
+    prompt_upper_tokens,
+    worst_cases,
+)
+from gateway.state import GatewayState
+from policies.budget import GLOBAL_SCOPE, Denied, Reservation
+from policies.ledger import SpendEvent, now
+from policies.savings import routing_saving
+from policies.spending import budget_scopes, rate_scopes
+from policies.store import StoreUnavailable
+from policies.tenants import Principal
+
+if TYPE_CHECKING:
+    from gateway.serving import Outcome, RoutedRequest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class TierReservation:
+    """Money held for ``tier``, the most capable candidate whose worst case fitted."""
+
+    tier: str
+    worst: WorstCase
+    reservation: Reservation | None  # None: the store was down and the tenant fails open
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    """What admission decided; settlement needs it."""
+
+    held: TierReservation
+    requested_tier: str
+    prompt_upper: int
+    rate_tokens: int  # what the token rate limit counted at admission
+    headers: tuple[tuple[str, str], ...]
+
+    @property
+    def downgraded(self) -> bool:
+        return self.held.tier != self.requested_tier
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """How far the request got, for charging a request that never reported usage."""
+
+    dispatched: bool  # an engine accepted it (even if it then failed or was cancelled)
+    streamed_chunks: int
+    latency_ms: float
+    ttft_ms: float
+    status: str  # ok | error | cancelled
+
+
+async def reserve_best_tier(
+    state: GatewayState,
+    principal: Principal,
+    request_id: str,
+    tiers: Sequence[str],
+    generation: GenerationRequest,
+    pinned_model: str | None = None,
+) -> TierReservation | Denied:
+    """The budget side of budget-aware routing: one atomic reservation, on every scope of
+    this tenant and key, for the first (most capable) of ``tiers`` whose worst case fits.
+
+    ``tiers`` is most capable first; ``pinned_model`` narrows the first one to a model.
+    Raises ``ServiceUnavailable`` (503 budget_unavailable) when the store is down and the
+    tenant does not fail open."""
+    worst = worst_cases(state.config, tiers, generation, pinned_model)
+    scopes = budget_scopes(state.config, principal)
+    try:
+        result = await state.budgets.reserve(request_id, scopes, [w.usd for w in worst])
+    except StoreUnavailable as exc:
+        if not principal.policy.budget_fail_open:
+            log.warning("budget store unreachable, refusing %s: %s", request_id, exc)
+            raise ServiceUnavailable(
+                "the budget store is unreachable; try again shortly",
+                code="budget_unavailable",
+                headers={"Retry-After": "2"},
+            ) from exc
+        log.warning("budget store down; tenant %s fails open: %s", principal.tenant, exc)
+        return TierReservation(tiers[0], worst[0], None)
+    if isinstance(result, Denied):
+        return result
+    return TierReservation(tiers[result.choice], worst[result.choice], result)
+
+
+async def _check_rate(
+    state: GatewayState, principal: Principal, request_id: str, tokens: int
+) -> dict[str, str]:
+    scopes = rate_scopes(principal)
+    if not scopes:
+        return {}
+    try:
+        decision = await state.limiter.acquire(request_id, scopes, tokens)
+    except StoreUnavailable as exc:
+        if principal.policy.rate_limit_fail_open:
+            log.warning("rate-limit store down; tenant %s fails open: %s", principal.tenant, exc)
+            return {}
+        raise ServiceUnavailable(
+            "the rate-limit store is unreachable; try again shortly",
+            code="rate_limit_unavailable",
+            headers={"Retry-After": "2"},
+        ) from exc
+    headers = decision.headers()
+    if not decision.allowed:
+        raise RateLimited(
+            f"Rate limit reached for {decision.refused_by}; retry after "
+            f"{decision.retry_after_s:.1f}s.",
+            headers=headers,
+        )
+    return headers
+
+
+async def admit(state: GatewayState, routed: RoutedRequest) -> tuple[str, Ticket]:
+    """The tier to run on and the ticket to settle with; raises the refusal otherwise."""
+    config, principal = state.config, routed.principal
+    generation = routed.generation
+    prompt_upper = prompt_upper_tokens(config, generation)
+    cap = completion_cap(config, generation, routed.tier)
+    rate_tokens = prompt_upper + cap
+    try:
+        headers = await _check_rate(state, principal, routed.request_id, rate_tokens)
+    except RateLimited:
+        await _record_denied(state, routed, "rate_limit")
+        raise
+    policy = principal.policy
+    tiers = (
+        downgrade_tiers(config, policy, routed.tier)
+        if policy.on_budget_exceeded == "downgrade"
+        else [routed.tier]
+    )
+    held = await reserve_best_tier(
+        state, principal, routed.request_id, tiers, generation, routed.decision.pinned_model
+    )
+    if isinstance(held, Denied):
+        await _record_denied(state, routed, "budget")
+        if headers:  # admitted by the rate limit: a refused request used no tokens
+            await correct_tokens(state, routed, rate_tokens, 0)
+        if held.scope == GLOBAL_SCOPE:  # the other tenants' spend is not this caller's business
+            detail = "the gateway's overall budget is spent"
+        else:
+            detail = f"{held.scope}: ${max(held.remaining_usd, 0.0):.6f} left"
+        raise InsufficientQuota(
+            f"You exceeded your current quota ({detail}; this request may cost up to "
+            f"${held.needed_usd:.6f}).",
+            headers=headers,
+        )
+    ticket = Ticket(held, routed.tier, prompt_upper, rate_tokens, tuple(headers.items()))
+    return held.tier, ticket
+
+
+def charge(
+    state: GatewayState, model: str, usage: Usage | None, ticket: Ticket, progress: Progress
+) -> tuple[Usage, float]:
+    """Real usage when the engine reported it; otherwise what was streamed (and the
+    prompt, once an engine had it)."""
+    if usage is None:
+        prompt = ticket.prompt_upper if progress.dispatched else 0
+        completion = min(progress.streamed_chunks, ticket.held.worst.completion_tokens)
+        usage = Usage(prompt, completion)
+    return usage, model_cost(state.config, model, usage)
+
+
+async def settle(
+    state: GatewayState,
+    routed: RoutedRequest,
+    ticket: Ticket,
+    outcome: Outcome,
+    progress: Progress,
+) -> None:
+    usage, cost = charge(state, outcome.model, outcome.usage, ticket, progress)
+    if outcome.cache in ("exact", "semantic"):
+        usage, cost = Usage(usage.prompt_tokens, usage.completion_tokens), 0.0
+    event = SpendEvent(
+        ts=now(),
+        request_id=routed.request_id,
+        tenant=routed.principal.tenant,
+        key_id=routed.principal.key_id,
+        tier=outcome.tier,
+        model=outcome.model,
+        status=progress.status,
+        prompt_tokens=usage.prompt_tokens,
+        cached_tokens=usage.cached_tokens,
+        completion_tokens=usage.completion_tokens,
+        cost_usd=cost,
+        saved_routing_usd=routing_saving(
+            state.config, cost, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens
+        ),
+        saved_cache_usd=outcome.saved_usd,
+        cache=outcome.cache,
+        latency_ms=progress.latency_ms,
+        ttft_ms=progress.ttft_ms,
+        downgraded=ticket.downgraded,
+    )
+    outcome.cost_usd = cost
+    reservation = ticket.held.reservation
+    try:
+        if reservation is None:
+            await state.ledger.record(event)
+        else:
+            await state.budgets.settle(reservation, cost, event)
+    except StoreUnavailable as exc:
+        # The hold lapses at its deadline; the spend is lost to the counters.
+        log.error("could not settle %s (%.8f USD): %s", routed.request_id, cost, exc)
+    if ticket.headers:
+        await correct_tokens(state, routed, ticket.rate_tokens, usage.total_tokens)
+
+
+async def correct_tokens(
+    state: GatewayState, routed: RoutedRequest, estimated: int, actual: int
+) -> None:
+    """Count the request's real tokens against tokens-per-minute instead of its estimate."""
+    scopes = [s for s in rate_scopes(routed.principal) if s.spec.tokens_per_minute is not None]
+    if not scopes:
+        return
+    try:
+        await state.limiter.correct(routed.request_id, scopes, estimated, actual)
+    except StoreUnavailable as exc:
+        log.warning("could not correct the token count of %s: %s", routed.request_id, exc)
+
+
+async def _record_denied(state: GatewayState, routed: RoutedRequest, status: str) -> None:
+    event = SpendEvent(
+        ts=now(),
+        request_id=routed.request_id,
+        tenant=routed.principal.tenant,
+        key_id=routed.principal.key_id,
+        tier=routed.tier,
+        model=routed.generation.model,
+        kind="denied",
+        status=status,
+    )
+    try:
+        await state.ledger.record(event)
+    except StoreUnavailable as exc:
+        log.warning("could not record a denied request: %s", exc)
+
+
+def keep_alive(state: GatewayState, ticket: Ticket) -> asyncio.Task[None] | None:
+    """While the request runs, push its hold's deadline out every third of the TTL, so
+    only a replica that died (and stopped beating) lets its holds lapse."""
+    reservation = ticket.held.reservation
+    if reservation is None:
+        return None
+    period = state.config.budgets.reservation_ttl_s / 3
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(period)
+            try:
+                alive = await state.budgets.extend(reservation)
+            except StoreUnavailable as exc:
+                log.warning("could not extend the hold of %s: %s", reservation.request_id, exc)
+                continue
+            if not alive:
+                log.warning("the hold of %s lapsed while it ran", reservation.request_id)
+                return
+
+    return asyncio.ensure_future(beat())
+
+
+def enforce_cap(routed: RoutedRequest, ticket: Ticket) -> int | None:
+    """The ``max_tokens`` to run with: the cap the reservation was sized for."""
+    if routed.generation.sampling.max_tokens is not None:
+        return None
+    return ticket.held.worst.completion_tokens

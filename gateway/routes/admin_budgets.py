@@ -1,0 +1,167 @@
+"""Budgets through the admin key: ``GET``/``PUT /admin/api/budgets``, and spend by day.
+
+``PUT`` stores a runtime override in the budget store (Redis), so every replica
+applies it from its next reservation on; ``{"reset": true}`` returns to the YAML cap.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.admin_auth import require_admin
+from gateway.errors import ApiError, InvalidRequest
+from gateway.http import read_body
+from gateway.state import GatewayState, get_state
+from gateway.wire.common import parse_body
+from policies.budget import GLOBAL_SCOPE, Scope, ScopeStatus, key_scope, tenant_scope
+from policies.schema import BudgetSpec
+from policies.spending import tenant_scopes
+from policies.store import StoreUnavailable
+
+MAX_DAYS = 400
+
+
+class NotFound(ApiError):
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
+
+
+class BudgetUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    scope: Literal["global", "tenant", "key"] = "tenant"
+    tenant: str | None = None
+    key_id: str | None = None
+    limit_usd: float | None = Field(None, ge=0)  # null: uncapped
+    window: Literal["daily", "monthly", "total"] = "daily"
+    reset: bool = False
+
+    @model_validator(mode="after")
+    def _names(self) -> BudgetUpdate:
+        if self.scope != "global" and not self.tenant:
+            raise ValueError("tenant is required unless scope is global")
+        if self.scope == "key" and not self.key_id:
+            raise ValueError("key_id is required when scope is key")
+        return self
+
+
+def _status_body(status: ScopeStatus) -> dict[str, Any]:
+    return {
+        "scope": status.scope,
+        "limit_usd": status.limit_usd,
+        "window": status.window,
+        "spent_usd": status.spent_usd,
+        "held_usd": status.held_usd,
+        "remaining_usd": status.remaining_usd,
+        "overridden": status.overridden,
+    }
+
+
+def _json(body: Any) -> Response:
+    return Response(orjson.dumps(body), media_type="application/json")
+
+
+def _unavailable(exc: StoreUnavailable) -> ApiError:
+    error = ApiError(f"the budget store is unreachable: {exc}", code="budget_unavailable")
+    error.status = 503
+    return error
+
+
+async def list_budgets(request: Request) -> Response:
+    state = get_state(request)
+    require_admin(request, state)
+    config = state.config
+    scopes = [Scope(GLOBAL_SCOPE, config.budgets.global_budget)]
+    for tenant in config.tenants:
+        scopes += tenant_scopes(config, tenant)
+    try:
+        statuses = {s.scope: s for s in await state.budgets.status(scopes)}
+    except StoreUnavailable as exc:
+        raise _unavailable(exc) from exc
+    tenants = []
+    for tenant, policy in config.tenants.items():
+        own = statuses[tenant_scope(tenant)]
+        tenants.append(
+            {
+                "tenant": tenant,
+                "on_budget_exceeded": policy.on_budget_exceeded,
+                **_status_body(own),
+                "keys": [
+                    {"key_id": k.id, **_status_body(statuses[key_scope(tenant, k.id)])}
+                    for k in policy.keys
+                ],
+            }
+        )
+    return _json({"global": _status_body(statuses[GLOBAL_SCOPE]), "tenants": tenants})
+
+
+def _scope_name(state: GatewayState, update: BudgetUpdate) -> str:
+    if update.scope == "global":
+        return GLOBAL_SCOPE
+    assert update.tenant is not None
+    policy = state.config.tenants.get(update.tenant)
+    if policy is None:
+        raise NotFound(f"no tenant {update.tenant!r}", param="tenant")
+    if update.scope == "tenant":
+        return tenant_scope(update.tenant)
+    assert update.key_id is not None
+    if not any(k.id == update.key_id for k in policy.keys):
+        raise NotFound(f"tenant {update.tenant!r} has no key {update.key_id!r}", param="key_id")
+    return key_scope(update.tenant, update.key_id)
+
+
+async def set_budget(request: Request) -> Response:
+    state = get_state(request)
+    require_admin(request, state)
+    update = parse_body(BudgetUpdate, await read_body(request, 64 * 1024))
+    scope = _scope_name(state, update)
+    limit = (
+        None
+        if update.limit_usd is None
+        else BudgetSpec(limit_usd=update.limit_usd, window=update.window)
+    )
+    try:
+        if update.reset:
+            await state.budgets.clear_limit(scope)
+        else:
+            await state.budgets.set_limit(scope, limit)
+    except StoreUnavailable as exc:
+        raise _unavailable(exc) from exc
+    return _json({"scope": scope, "reset": update.reset, "limit_usd": update.limit_usd})
+
+
+def _day(text: str | None, default: date, name: str) -> date:
+    if text is None:
+        return default
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise InvalidRequest(f"{name} must be a date (YYYY-MM-DD)", param=name) from None
+
+
+async def spend_by_day(request: Request) -> Response:
+    """Per tenant and UTC day in [start, end] (default: the last 7 days)."""
+    state = get_state(request)
+    require_admin(request, state)
+    today = datetime.now(UTC).date()
+    end = _day(request.query_params.get("end"), today, "end")
+    start = _day(request.query_params.get("start"), end - timedelta(days=6), "start")
+    if start > end or (end - start).days >= MAX_DAYS:
+        raise InvalidRequest(f"start must be on or before end, at most {MAX_DAYS} days")
+    wanted = request.query_params.get("tenant")
+    if wanted is not None and wanted not in state.config.tenants:
+        raise NotFound(f"no tenant {wanted!r}", param="tenant")
+    tenants = [wanted] if wanted is not None else list(state.config.tenants)
+    try:
+        days = await state.ledger.daily(tenants, start, end)
+    except StoreUnavailable as exc:
+        raise _unavailable(exc) from exc
+    rows = [{"tenant": d.tenant, "day": d.day, **d.values} for d in days]
+    return _json({"start": start.isoformat(), "end": end.isoformat(), "days": rows})

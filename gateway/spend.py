@@ -1,0 +1,132 @@
+"""What a request may cost: worst cases before it runs, real costs after.
+
+Pure functions of the config and the request; the budget store never sees a request.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import orjson
+
+from backends.base import GenerationRequest, Usage
+from policies.schema import GatewayConfig, TenantSpec
+
+
+@dataclass(frozen=True, slots=True)
+class WorstCase:
+    tier: str
+    usd: float
+    prompt_tokens: int  # upper estimate
+    completion_tokens: int  # the cap the request runs under
+
+
+def prompt_bytes(generation: GenerationRequest) -> int:
+    """Everything the model may read, as bytes: JSON of the messages and tools over-counts
+    the text a little (keys, quotes), which keeps the estimate on the safe side."""
+    size = len(generation.prompt.encode()) if generation.prompt is not None else 0
+    if generation.messages is not None:
+        size += len(orjson.dumps(list(generation.messages)))
+    if generation.tools:
+        size += len(orjson.dumps(list(generation.tools)))
+    return size
+
+
+def prompt_upper_tokens(config: GatewayConfig, generation: GenerationRequest) -> int:
+    budgets = config.budgets
+    messages = len(generation.messages or ())
+    return (
+        math.ceil(prompt_bytes(generation) / budgets.prompt_bytes_per_token)
+        + budgets.prompt_overhead_tokens
+        + budgets.message_overhead_tokens * messages
+    )
+
+
+def default_output_cap(config: GatewayConfig, model: str) -> int:
+    """What a request without ``max_tokens`` may generate on ``model``: its configured
+    cap, else its engines' own ``default_max_tokens`` option, else the global default."""
+    budgets = config.budgets
+    if model in budgets.max_output_tokens:
+        return budgets.max_output_tokens[model]
+    engine_defaults = [
+        int(spec.options["default_max_tokens"])
+        for spec in config.engines.values()
+        if spec.model == model and "default_max_tokens" in spec.options
+    ]
+    return max(engine_defaults, default=budgets.default_max_output_tokens)
+
+
+def completion_cap(config: GatewayConfig, generation: GenerationRequest, tier: str) -> int:
+    """The request's ``max_tokens``, or the largest default cap of the models it may land
+    on (the request then runs with that cap, so it never outgrows its reservation)."""
+    requested = generation.sampling.max_tokens
+    if requested is not None:
+        return requested
+    return max(default_output_cap(config, m) for m in tier_models(config, tier))
+
+
+def tier_chain(config: GatewayConfig, tier: str) -> list[str]:
+    """The tier and every tier it may fail over to."""
+    chain: list[str] = []
+    current: str | None = tier
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = config.tiers[current].fallback
+    return chain
+
+
+def tier_models(config: GatewayConfig, tier: str) -> list[str]:
+    return [
+        config.engines[e].model for t in tier_chain(config, tier) for e in config.tiers[t].engines
+    ]
+
+
+def model_cost(config: GatewayConfig, model: str, usage: Usage) -> float:
+    price = config.prices.get(model)
+    if price is None:
+        return 0.0
+    return price.cost(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
+
+
+def worst_case(
+    config: GatewayConfig, tier: str, prompt_tokens: int, cap: int, pinned: str | None = None
+) -> WorstCase:
+    """The dearest model the request could land on (its tier, or any failover tier)."""
+    models = tier_models(config, tier)
+    if pinned is not None:
+        fallbacks = tier_chain(config, tier)[1:]
+        models = [pinned, *(m for t in fallbacks for m in tier_models(config, t))]
+    usd = 0.0
+    for model in models:
+        limit = min(cap, config.budgets.max_output_tokens.get(model, cap))
+        usd = max(usd, model_cost(config, model, Usage(prompt_tokens, limit)))
+    return WorstCase(tier, usd, prompt_tokens, cap)
+
+
+def downgrade_tiers(config: GatewayConfig, policy: TenantSpec, tier: str) -> list[str]:
+    """``tier`` first, then the cheaper tiers the tenant may use, most capable first."""
+    order = list(config.tiers)
+    cheaper = reversed(order[: order.index(tier)])
+    allowed = policy.allowed_tiers
+    return [tier, *(t for t in cheaper if allowed is None or t in allowed)]
+
+
+def worst_cases(
+    config: GatewayConfig,
+    tiers: Sequence[str],
+    generation: GenerationRequest,
+    pinned: str | None,
+) -> list[WorstCase]:
+    prompt = prompt_upper_tokens(config, generation)
+    return [
+        worst_case(
+            config,
+            tier,
+            prompt,
+            completion_cap(config, generation, tier),
+            pinned if i == 0 else None,
+        )
+        for i, tier in enumerate(tiers)
+    ]

@@ -1,0 +1,149 @@
+"""The budget store for one process: the same contract as Redis, atomic because each
+method runs to completion on the event loop without awaiting in between."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from policies.budget import (
+    Denied,
+    Reservation,
+    Scope,
+    ScopeStatus,
+    to_nano,
+    to_usd,
+    window_field,
+)
+from policies.ledger import MemoryLedger, SpendEvent
+from policies.schema import BudgetSpec
+
+SETTLED_KEEP_S = 86_400.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Hold:
+    amount: int
+    choice: int
+    fields: tuple[str, ...]
+    deadline: float
+
+
+class MemoryBudgetStore:
+    def __init__(self, ledger: MemoryLedger, *, ttl_s: float = 120.0) -> None:
+        self.ledger = ledger
+        self.ttl_s = ttl_s
+        self._limits: dict[str, BudgetSpec | None] = {}
+        self._spent: dict[str, int] = {}
+        self._held: dict[str, int] = {}
+        self._holds: dict[str, _Hold] = {}
+        self._settled: dict[str, float] = {}
+
+    def _release(self, request_id: str) -> None:
+        hold = self._holds.pop(request_id, None)
+        if hold is None:
+            return
+        for field in hold.fields:
+            left = self._held.get(field, 0) - hold.amount
+            if left <= 0:
+                self._held.pop(field, None)
+            else:
+                self._held[field] = left
+
+    def _purge(self, clock: float) -> None:
+        for request_id in [r for r, h in self._holds.items() if h.deadline <= clock]:
+            self._release(request_id)
+
+    def _limit(self, scope: Scope) -> tuple[BudgetSpec | None, bool]:
+        if scope.name in self._limits:
+            return self._limits[scope.name], True
+        return scope.limit, False
+
+    async def reserve(
+        self, request_id: str, scopes: Sequence[Scope], candidates_usd: Sequence[float]
+    ) -> Reservation | Denied:
+        clock = time.time()
+        self._purge(clock)
+        existing = self._holds.get(request_id)
+        if existing is not None:
+            return Reservation(
+                request_id, to_usd(existing.amount), existing.choice, existing.fields
+            )
+        fields: list[str] = []
+        best: int | None = None
+        binding = ""
+        for scope in scopes:
+            limit, _ = self._limit(scope)
+            field = window_field(scope.name, "total" if limit is None else limit.window, clock)
+            fields.append(field)
+            if limit is None:
+                continue
+            left = to_nano(limit.limit_usd) - self._spent.get(field, 0) - self._held.get(field, 0)
+            if best is None or left < best:
+                best, binding = left, scope.name
+        for choice, cost in enumerate(candidates_usd):
+            amount = to_nano(cost)
+            if best is None or amount <= best:
+                for field in fields:
+                    self._held[field] = self._held.get(field, 0) + amount
+                self._holds[request_id] = _Hold(amount, choice, tuple(fields), clock + self.ttl_s)
+                return Reservation(request_id, to_usd(amount), choice, tuple(fields))
+        return Denied(binding, to_usd(best or 0), min(candidates_usd, default=0.0))
+
+    async def settle(
+        self, reservation: Reservation, cost_usd: float, event: SpendEvent | None = None
+    ) -> bool:
+        clock = time.time()
+        self._release(reservation.request_id)
+        if reservation.request_id in self._settled:
+            return False
+        self._purge(clock)
+        amount = to_nano(cost_usd)
+        for field in reservation.fields:
+            self._spent[field] = self._spent.get(field, 0) + amount
+        self._settled[reservation.request_id] = clock
+        for request_id in [r for r, t in self._settled.items() if t < clock - SETTLED_KEEP_S]:
+            del self._settled[request_id]
+        if event is not None:
+            # MemoryLedger.record never awaits, so this stays one uninterrupted step.
+            await self.ledger.record(event)
+        return True
+
+    async def extend(self, reservation: Reservation) -> bool:
+        clock = time.time()
+        hold = self._holds.get(reservation.request_id)
+        if hold is None or hold.deadline <= clock:
+            return False
+        self._holds[reservation.request_id] = replace(hold, deadline=clock + self.ttl_s)
+        return True
+
+    async def status(self, scopes: Sequence[Scope]) -> list[ScopeStatus]:
+        clock = time.time()
+        self._purge(clock)
+        out: list[ScopeStatus] = []
+        for scope in scopes:
+            limit, overridden = self._limit(scope)
+            window = "total" if limit is None else limit.window
+            field = window_field(scope.name, window, clock)
+            out.append(
+                ScopeStatus(
+                    scope=scope.name,
+                    limit_usd=None if limit is None else to_usd(to_nano(limit.limit_usd)),
+                    window=window,
+                    spent_usd=to_usd(self._spent.get(field, 0)),
+                    held_usd=to_usd(self._held.get(field, 0)),
+                    overridden=overridden,
+                )
+            )
+        return out
+
+    async def set_limit(self, scope: str, limit: BudgetSpec | None) -> None:
+        self._limits[scope] = limit
+
+    async def clear_limit(self, scope: str) -> None:
+        self._limits.pop(scope, None)
+
+    async def active_holds(self) -> int:
+        self._purge(time.time())
+        return len(self._holds)

@@ -1,0 +1,287 @@
+"""The budget store on Redis: reserve and settle are one Lua script each.
+
+Every key shares the ledger's hash tag, so on Redis Cluster one script can check all
+scopes, hold the money and (at settle) append the spend event atomically. Time comes
+from the server (``TIME``), so replicas with skewed clocks agree on deadlines.
+
+Keys (``P`` = the ledger prefix, e.g. ``tg:{ledger}``):
+  P:budget:limits     hash  scope -> "nano window" runtime overrides ("- total": uncapped)
+  P:budget:spent      hash  scope|window -> settled nano-USD
+  P:budget:held       hash  scope|window -> nano-USD held by live reservations
+  P:budget:holds      hash  request id -> "amount<TAB>choice<TAB>field<TAB>field..."
+  P:budget:deadlines  zset  request id by expiry (ms): every call purges what has lapsed
+  P:budget:settled    zset  request id by settle time (ms): a second settle is a no-op
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from policies.budget import (
+    Denied,
+    Reservation,
+    Scope,
+    ScopeStatus,
+    decode_limit,
+    encode_limit,
+    to_nano,
+    to_usd,
+    window_field,
+    window_ids,
+)
+from policies.ledger import RECORD_FUNCTION, RedisLedger, SpendEvent, now
+from policies.schema import BudgetSpec
+from policies.store import StoreUnavailable
+
+SETTLED_KEEP_MS = 86_400_000
+PURGE_BATCH = 256
+
+_COMMON = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local function split(text)
+  local parts = {}
+  for part in string.gmatch(text, '[^\\t]+') do parts[#parts + 1] = part end
+  return parts
+end
+
+local function release(held, holds, deadlines, rid)
+  local detail = redis.call('HGET', holds, rid)
+  redis.call('ZREM', deadlines, rid)
+  if not detail then return end
+  local parts = split(detail)
+  for i = 3, #parts do
+    local left = redis.call('HINCRBY', held, parts[i], -tonumber(parts[1]))
+    if left <= 0 then redis.call('HDEL', held, parts[i]) end
+  end
+  redis.call('HDEL', holds, rid)
+end
+
+local function purge(held, holds, deadlines)
+  local lapsed = redis.call('ZRANGEBYSCORE', deadlines, '-inf', now, 'LIMIT', 0, PURGE_BATCH)
+  for _, rid in ipairs(lapsed) do release(held, holds, deadlines, rid) end
+end
+""".replace("PURGE_BATCH", str(PURGE_BATCH))
+
+# KEYS: limits spent held holds deadlines
+# ARGV: rid ttl_ms day_id month_id ncand cand... nscopes (name limit_nano window)...
+_RESERVE = (
+    _COMMON
+    + """
+purge(KEYS[3], KEYS[4], KEYS[5])
+local rid = ARGV[1]
+local existing = redis.call('HGET', KEYS[4], rid)
+if existing then
+  local parts = split(existing)
+  return {1, tonumber(parts[2]), parts[1], table.concat(parts, '\\t', 3)}
+end
+local ncand = tonumber(ARGV[5])
+local i = 6 + ncand
+local nscopes = tonumber(ARGV[i])
+i = i + 1
+local fields = {}
+local best = nil
+local binding = ''
+for s = 1, nscopes do
+  local name, limit, window = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  i = i + 3
+  local override = redis.call('HGET', KEYS[1], name)
+  if override then
+    local sp = string.find(override, ' ', 1, true)
+    limit = string.sub(override, 1, sp - 1)
+    window = string.sub(override, sp + 1)
+  end
+  local wid = 'total'
+  if window == 'daily' then wid = ARGV[3] elseif window == 'monthly' then wid = ARGV[4] end
+  local field = name .. '|' .. wid
+  fields[#fields + 1] = field
+  if limit ~= '-' then
+    local spent = tonumber(redis.call('HGET', KEYS[2], field) or '0')
+    local held = tonumber(redis.call('HGET', KEYS[3], field) or '0')
+    local left = tonumber(limit) - spent - held
+    if best == nil or left < best then
+      best = left
+      binding = name
+    end
+  end
+end
+for c = 1, ncand do
+  local amount = ARGV[5 + c]
+  if best == nil or tonumber(amount) <= best then
+    for _, f in ipairs(fields) do redis.call('HINCRBY', KEYS[3], f, amount) end
+    local joined = table.concat(fields, '\\t')
+    redis.call('HSET', KEYS[4], rid, amount .. '\\t' .. (c - 1) .. '\\t' .. joined)
+    redis.call('ZADD', KEYS[5], now + tonumber(ARGV[2]), rid)
+    return {1, c - 1, amount, joined}
+  end
+end
+return {0, binding, tostring(best)}
+"""
+)
+
+# KEYS: spent held holds deadlines settled events agg
+# ARGV: rid cost_nano nfields field... has_event [ledger args...]
+_SETTLE = (
+    _COMMON
+    + RECORD_FUNCTION
+    + """
+local rid = ARGV[1]
+local already = redis.call('ZSCORE', KEYS[5], rid)
+release(KEYS[2], KEYS[3], KEYS[4], rid)
+if already then return 0 end
+purge(KEYS[2], KEYS[3], KEYS[4])
+local n = tonumber(ARGV[3])
+for i = 4, 3 + n do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[2]) end
+redis.call('ZADD', KEYS[5], now, rid)
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now - SETTLED_KEEP_MS)
+if ARGV[4 + n] == '1' then record_event(KEYS[6], KEYS[7], 5 + n) end
+return 1
+""".replace("SETTLED_KEEP_MS", str(SETTLED_KEEP_MS))
+)
+
+# KEYS: holds deadlines   ARGV: rid ttl_ms
+_EXTEND = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+local deadline = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if not deadline or tonumber(deadline) <= now then return 0 end
+redis.call('ZADD', KEYS[2], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+return 1
+"""
+
+# KEYS: held holds deadlines
+_PURGE = _COMMON + "purge(KEYS[1], KEYS[2], KEYS[3])\nreturn redis.call('ZCARD', KEYS[3])\n"
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RedisBudgetStore:
+    def __init__(self, ledger: RedisLedger, *, ttl_s: float = 120.0) -> None:
+        self.ledger = ledger
+        self.redis = ledger.redis
+        self.ttl_ms = max(int(ttl_s * 1000), 1)
+        base = f"{ledger.prefix}:budget"
+        self.limits_key = f"{base}:limits"
+        self.spent_key = f"{base}:spent"
+        self.held_key = f"{base}:held"
+        self.holds_key = f"{base}:holds"
+        self.deadlines_key = f"{base}:deadlines"
+        self.settled_key = f"{base}:settled"
+        self._reserve = self.redis.register_script(_RESERVE)
+        self._settle = self.redis.register_script(_SETTLE)
+        self._purge = self.redis.register_script(_PURGE)
+        self._extend = self.redis.register_script(_EXTEND)
+
+    async def _run(self, what: str, coro: Any) -> Any:
+        from redis.exceptions import ConnectionError, TimeoutError
+
+        try:
+            return await coro
+        except (ConnectionError, TimeoutError, OSError) as exc:
+            raise StoreUnavailable(f"budget {what}: {exc}") from exc
+
+    async def reserve(
+        self, request_id: str, scopes: Sequence[Scope], candidates_usd: Sequence[float]
+    ) -> Reservation | Denied:
+        day, month = window_ids(now())
+        candidates = [str(to_nano(c)) for c in candidates_usd]
+        scope_args: list[str] = []
+        for scope in scopes:
+            encoded = encode_limit(scope.limit).split(" ")
+            scope_args += [scope.name, encoded[0], encoded[1]]
+        argv: list[str | int] = [request_id, self.ttl_ms, day, month, len(candidates)]
+        argv += [*candidates, len(scopes)]
+        keys = [
+            self.limits_key,
+            self.spent_key,
+            self.held_key,
+            self.holds_key,
+            self.deadlines_key,
+        ]
+        reply = await self._run("reserve", self._reserve(keys=keys, args=[*argv, *scope_args]))
+        if int(reply[0]) == 1:
+            fields = _text(reply[3])
+            return Reservation(
+                request_id=request_id,
+                amount_usd=to_usd(int(_text(reply[2]))),
+                choice=int(reply[1]),
+                fields=tuple(fields.split("\t")) if fields else (),
+            )
+        remaining = _text(reply[2])
+        return Denied(
+            scope=_text(reply[1]),
+            remaining_usd=to_usd(float(remaining)) if remaining != "nil" else 0.0,
+            needed_usd=min(candidates_usd),
+        )
+
+    async def settle(
+        self, reservation: Reservation, cost_usd: float, event: SpendEvent | None = None
+    ) -> bool:
+        keys = [
+            self.spent_key,
+            self.held_key,
+            self.holds_key,
+            self.deadlines_key,
+            self.settled_key,
+        ]
+        argv: list[str | int] = [
+            reservation.request_id,
+            to_nano(cost_usd),
+            len(reservation.fields),
+            *reservation.fields,
+        ]
+        if event is None:
+            keys += [self.ledger.events_key, self.ledger.events_key]
+            argv.append("0")
+        else:
+            keys += self.ledger.record_keys(event)
+            argv += ["1", *self.ledger.record_argv(event)]
+        return bool(await self._run("settle", self._settle(keys=keys, args=argv)))
+
+    async def extend(self, reservation: Reservation) -> bool:
+        keys = [self.holds_key, self.deadlines_key]
+        args: list[str | int] = [reservation.request_id, self.ttl_ms]
+        return bool(await self._run("extend", self._extend(keys=keys, args=args)))
+
+    async def status(self, scopes: Sequence[Scope]) -> list[ScopeStatus]:
+        await self.active_holds()
+        overrides = await self._run("status", self.redis.hgetall(self.limits_key))
+        by_scope = {_text(k): decode_limit(_text(v)) for k, v in overrides.items()}
+        ts = now()
+        resolved: list[tuple[Scope, BudgetSpec | None, bool, str]] = []
+        for scope in scopes:
+            overridden = scope.name in by_scope
+            limit = by_scope[scope.name] if overridden else scope.limit
+            window = limit.window if limit is not None else "total"
+            resolved.append((scope, limit, overridden, window_field(scope.name, window, ts)))
+        fields = [r[3] for r in resolved]
+        if not fields:
+            return []
+        spent = await self._run("status", self.redis.hmget(self.spent_key, fields))
+        held = await self._run("status", self.redis.hmget(self.held_key, fields))
+        return [
+            ScopeStatus(
+                scope=scope.name,
+                limit_usd=None if limit is None else to_usd(to_nano(limit.limit_usd)),
+                window="total" if limit is None else limit.window,
+                spent_usd=to_usd(int(s or 0)),
+                held_usd=to_usd(int(h or 0)),
+                overridden=overridden,
+            )
+            for (scope, limit, overridden, _), s, h in zip(resolved, spent, held, strict=True)
+        ]
+
+    async def set_limit(self, scope: str, limit: BudgetSpec | None) -> None:
+        await self._run("set", self.redis.hset(self.limits_key, scope, encode_limit(limit)))
+
+    async def clear_limit(self, scope: str) -> None:
+        await self._run("clear", self.redis.hdel(self.limits_key, scope))
+
+    async def active_holds(self) -> int:
+        keys = [self.held_key, self.holds_key, self.deadlines_key]
+        return int(await self._run("purge", self._purge(keys=keys)))
