@@ -1,4 +1,4 @@
-"""Budgets through the admin key: ``GET``/``PUT /admin/api/budgets``, and spend by day.
+"""``GET``/``PUT /admin/api/budgets`` and spend by day (admin key or dashboard session).
 
 ``PUT`` stores a runtime override in the budget store (Redis), so every replica
 applies it from its next reservation on; ``{"reset": true}`` returns to the YAML cap.
@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.admin_auth import require_admin
+from gateway.admin.access import require_admin_access
 from gateway.errors import ApiError, InvalidRequest
 from gateway.http import read_body
 from gateway.state import GatewayState, get_state
@@ -76,7 +76,7 @@ def _unavailable(exc: StoreUnavailable) -> ApiError:
 
 async def list_budgets(request: Request) -> Response:
     state = get_state(request)
-    require_admin(request, state)
+    await require_admin_access(request, state)
     config = state.config
     scopes = [Scope(GLOBAL_SCOPE, config.budgets.global_budget)]
     for tenant in config.tenants:
@@ -119,7 +119,7 @@ def _scope_name(state: GatewayState, update: BudgetUpdate) -> str:
 
 async def set_budget(request: Request) -> Response:
     state = get_state(request)
-    require_admin(request, state)
+    await require_admin_access(request, state)
     update = parse_body(BudgetUpdate, await read_body(request, 64 * 1024))
     scope = _scope_name(state, update)
     limit = (
@@ -149,7 +149,7 @@ def _day(text: str | None, default: date, name: str) -> date:
 async def spend_by_day(request: Request) -> Response:
     """Per tenant and UTC day in [start, end] (default: the last 7 days)."""
     state = get_state(request)
-    require_admin(request, state)
+    await require_admin_access(request, state)
     today = datetime.now(UTC).date()
     end = _day(request.query_params.get("end"), today, "end")
     start = _day(request.query_params.get("start"), end - timedelta(days=6), "start")
