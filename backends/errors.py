@@ -18,6 +18,10 @@ class EngineError(Exception):
 class EngineOverloaded(EngineError):
     retryable = True
 
+    def __init__(self, message: str, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
 
 class EngineUnavailable(EngineError):
     retryable = True

@@ -1,34 +1,43 @@
-"""A tier's pool of engine replicas: pick one, stream through it, retry elsewhere on overload.
+"""A tier's pool of engine replicas: score, pick, stream, retry elsewhere, queue when full.
 
-The in-flight count lives on the ``Replica`` (shared by every pool that names the
-engine) and is bumped at pick time, because engine statistics arrive late.
+Choosing a replica (after llm-d's scorers): among healthy replicas with room, each gets
+``queue·w_q + kv·w_kv + prefix·w_p`` where
+  queue  = 1 for the shortest queue, 0 for the longest (local in-flight + engine waiting;
+           in-flight is bumped at pick time because engine statistics arrive late),
+  kv     = 1 - KV-cache usage,
+  prefix = the share of the prompt's blocks this replica is known to hold.
+Ties go to the fewest in flight, then round-robin. When every replica is full, a request
+waits in a bounded queue; a full queue or a timed-out wait is ``EngineOverloaded``
+(OpenAI 503 with Retry-After). Overload or death before the first chunk moves the
+request to another replica; a dead replica is rebuilt in the background.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from backends.base import Chunk, Engine, GenerationRequest
-from backends.errors import EngineOverloaded, EngineUnavailable
+from backends.affinity import PrefixIndex, block_keys, canonical_prompt
+from backends.base import Chunk, GenerationRequest
+from backends.errors import EngineOverloaded, EngineUnavailable, UpstreamFailed
+from backends.replica import Replica
+
+__all__ = ["EnginePool", "PoolCounters", "PoolSettings", "Replica", "StreamInfo"]
 
 
-@dataclass(eq=False, slots=True)
-class Replica:
-    engine: Engine
-    max_inflight: int = 256
-    inflight: int = 0
-
-    @property
-    def name(self) -> str:
-        return self.engine.name
-
-    def healthy(self) -> bool:
-        return self.engine.load().healthy
-
-    def has_room(self) -> bool:
-        return self.inflight < self.max_inflight
+@dataclass(frozen=True, slots=True)
+class PoolSettings:
+    queue_weight: float = 2.0
+    kv_weight: float = 2.0
+    prefix_weight: float = 3.0
+    max_waiting: int = 256
+    wait_timeout_s: float = 30.0
+    retry_after_s: int = 1
+    prefix_block_chars: int = 256
+    prefix_index_blocks: int = 65536
+    rebuild_dead: bool = True
 
 
 @dataclass(slots=True)
@@ -38,23 +47,36 @@ class StreamInfo:
     replica: str | None = None
     model: str | None = None
     attempts: int = 0
+    prefix_blocks: int = 0
+    matched_blocks: int = 0
+
+
+@dataclass(slots=True)
+class PoolCounters:
+    picks: int = 0
+    retries: int = 0
+    queued: int = 0
+    rejected: int = 0
+    prefix_requests: int = 0  # picks for prompts with at least one full block
+    prefix_hits: int = 0  # ... that went to a replica holding part of the prefix
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        return self.prefix_hits / self.prefix_requests if self.prefix_requests else 0.0
 
 
 class EnginePool:
     def __init__(
-        self,
-        tier: str,
-        replicas: Sequence[Replica],
-        *,
-        max_waiting: int = 256,
-        wait_timeout_s: float = 30.0,
+        self, tier: str, replicas: Sequence[Replica], settings: PoolSettings | None = None
     ) -> None:
         self.tier = tier
         self.replicas = tuple(replicas)
-        self.max_waiting = max_waiting
-        self.wait_timeout_s = wait_timeout_s
+        self.settings = settings or PoolSettings()
+        self.counters = PoolCounters()
+        self.index = PrefixIndex(self.settings.prefix_index_blocks)
         self.waiting = 0
         self._freed = asyncio.Event()
+        self._turn = itertools.count()
 
     def models(self) -> set[str]:
         return {r.engine.model for r in self.replicas}
@@ -63,35 +85,78 @@ class EnginePool:
         return any(r.healthy() for r in self.replicas)
 
     def _candidates(self, model: str | None, exclude: set[Replica]) -> list[Replica]:
-        return [
-            r
-            for r in self.replicas
-            if r not in exclude and (model is None or r.engine.model == model) and r.healthy()
-        ]
+        chosen = []
+        for replica in self.replicas:
+            if replica in exclude or (model is not None and replica.engine.model != model):
+                continue
+            if replica.healthy():
+                chosen.append(replica)
+            elif self.settings.rebuild_dead:
+                replica.schedule_rebuild()
+        return chosen
 
-    def _score(self, replica: Replica) -> float:
-        load = replica.engine.load()
-        return replica.inflight + load.waiting + 2.0 * load.kv_usage
+    def _pick(self, free: list[Replica], keys: Sequence[bytes]) -> tuple[Replica, int]:
+        """The best-scoring replica and how many prefix blocks it holds."""
+        s = self.settings
+        loads = {r: r.engine.load() for r in free}
+        queues = {r: r.inflight + loads[r].waiting for r in free}
+        low, high = min(queues.values()), max(queues.values())
+        turn = next(self._turn)
+        best: tuple[float, int, int] | None = None
+        chosen, chosen_match = free[0], 0
+        for position, replica in enumerate(free):
+            queue = 1.0 if high == low else (high - queues[replica]) / (high - low)
+            matched = self.index.matched_blocks(keys, replica.key) if keys else 0
+            prefix = matched / len(keys) if keys else 0.0
+            score = (
+                s.queue_weight * queue
+                + s.kv_weight * (1.0 - loads[replica].kv_usage)
+                + s.prefix_weight * prefix
+            )
+            rank = (score, -replica.inflight, -((position - turn) % len(free)))
+            if best is None or rank > best:
+                best, chosen, chosen_match = rank, replica, matched
+        return chosen, chosen_match
 
-    async def _acquire(self, model: str | None, exclude: set[Replica]) -> Replica:
-        """The least-loaded healthy replica with room; waits (bounded) while all are full."""
+    async def _acquire(
+        self, model: str | None, exclude: set[Replica], keys: Sequence[bytes], info: StreamInfo
+    ) -> Replica:
+        """Pick a healthy replica with room; wait (bounded) while all are full."""
+        s = self.settings
+        deadline: float | None = None
         while True:
             candidates = self._candidates(model, exclude)
             if not candidates:
                 raise EngineUnavailable(f"tier {self.tier!r} has no healthy replica")
             free = [r for r in candidates if r.has_room()]
             if free:
-                chosen = min(free, key=self._score)
+                chosen, matched = self._pick(free, keys)
                 chosen.inflight += 1
+                self.counters.picks += 1
+                if keys:
+                    self.counters.prefix_requests += 1
+                    self.counters.prefix_hits += matched > 0
+                    self.index.record(keys, chosen.key)
+                info.matched_blocks = matched
                 return chosen
-            if self.waiting >= self.max_waiting:
-                raise EngineOverloaded(f"tier {self.tier!r} queue is full")
+            if self.waiting >= s.max_waiting:
+                self.counters.rejected += 1
+                raise EngineOverloaded(
+                    f"tier {self.tier!r} is full ({self.waiting} waiting)", s.retry_after_s
+                )
+            loop = asyncio.get_running_loop()
+            if deadline is None:
+                deadline = loop.time() + s.wait_timeout_s
+                self.counters.queued += 1
             self.waiting += 1
             self._freed.clear()
             try:
-                await asyncio.wait_for(self._freed.wait(), self.wait_timeout_s)
+                await asyncio.wait_for(self._freed.wait(), max(0.0, deadline - loop.time()))
             except TimeoutError:
-                raise EngineOverloaded(f"tier {self.tier!r} queue wait timed out") from None
+                self.counters.rejected += 1
+                raise EngineOverloaded(
+                    f"tier {self.tier!r} queue wait timed out", s.retry_after_s
+                ) from None
             finally:
                 self.waiting -= 1
 
@@ -106,8 +171,10 @@ class EnginePool:
         info = info or StreamInfo()
         tried: set[Replica] = set()
         model = request.model if request.model in self.models() else None
+        keys = block_keys(canonical_prompt(request), self.settings.prefix_block_chars)
+        info.prefix_blocks = len(keys)
         while True:
-            replica = await self._acquire(model, tried)
+            replica = await self._acquire(model, tried, keys, info)
             info.replica, info.model = replica.name, replica.engine.model
             info.attempts += 1
             started = False
@@ -116,9 +183,18 @@ class EnginePool:
                     started = True
                     yield chunk
                 return
-            except (EngineOverloaded, EngineUnavailable):
+            except (EngineOverloaded, EngineUnavailable, UpstreamFailed) as exc:
+                died = not replica.healthy()
+                if died and self.settings.rebuild_dead:
+                    replica.schedule_rebuild()
+                movable = isinstance(exc, EngineOverloaded | EngineUnavailable) or died
                 tried.add(replica)
-                if started or not self._candidates(model, tried):
+                if started or not movable:
                     raise
+                if not self._candidates(model, tried):
+                    if died and not isinstance(exc, EngineUnavailable):
+                        raise EngineUnavailable(f"{replica.name} died: {exc}") from exc
+                    raise
+                self.counters.retries += 1
             finally:
                 self._release(replica)

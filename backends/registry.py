@@ -15,6 +15,8 @@ BACKENDS: dict[str, str] = {
     "fake": "backends.fake:FakeEngine",
     "llamacpp": "backends.llamacpp:LlamaCppEngine",
     "litellm": "backends.litellm:LiteLLMEngine",
+    "vllm": "backends.vllm:VllmEngine",
+    "sglang": "backends.sglang:SglangEngine",
 }
 
 

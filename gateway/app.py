@@ -11,6 +11,7 @@ import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 from fastapi import FastAPI
 from opentelemetry.sdk.trace import TracerProvider
@@ -18,7 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from backends.pool import EnginePool, Replica
+from backends.pool import EnginePool, PoolSettings, Replica
 from backends.registry import build_engine
 from gateway.admin import routes as admin
 from gateway.errors import ApiError
@@ -27,7 +28,7 @@ from gateway.routes import admin_budgets, chat, completions, health, metrics, mo
 from gateway.state import GatewayState
 from gateway.tracing import open_tracing, traced
 from policies.ledger import open_ledger
-from policies.schema import GatewayConfig
+from policies.schema import GatewayConfig, PoolSpec
 from policies.spending import open_budget_store, open_rate_limiter
 from policies.store import open_store
 from policies.tenants import KeyRing
@@ -47,14 +48,16 @@ async def build_state(
     for name, spec in config.engines.items():
         max_inflight = int(spec.options.get("max_inflight", 256))
         options = {k: v for k, v in spec.options.items() if k != "max_inflight"}
-        replicas[name] = [
-            Replica(build_engine(spec.backend, f"{name}-{i}", spec.model, options), max_inflight)
-            for i in range(spec.replicas)
-        ]
+        replicas[name] = []
+        for i in range(spec.replicas):
+            builder = partial(build_engine, spec.backend, f"{name}-{i}", spec.model, options)
+            replicas[name].append(Replica(builder(), max_inflight, builder=builder))
     engines = [r.engine for group in replicas.values() for r in group]
     await asyncio.gather(*(engine.start() for engine in engines))
     pools = {
-        tier_name: EnginePool(tier_name, [r for e in tier.engines for r in replicas[e]])
+        tier_name: EnginePool(
+            tier_name, [r for e in tier.engines for r in replicas[e]], pool_settings(tier.pool)
+        )
         for tier_name, tier in config.tiers.items()
     }
     ledger = open_ledger(store, config.redis_prefix)
@@ -72,11 +75,25 @@ async def build_state(
     )
 
 
+def pool_settings(spec: PoolSpec) -> PoolSettings:
+    return PoolSettings(
+        queue_weight=spec.weights.queue,
+        kv_weight=spec.weights.kv_cache,
+        prefix_weight=spec.weights.prefix,
+        max_waiting=spec.max_waiting,
+        wait_timeout_s=spec.wait_timeout_s,
+        retry_after_s=spec.retry_after_s,
+        prefix_block_chars=spec.prefix_block_chars,
+        prefix_index_blocks=spec.prefix_index_blocks,
+        rebuild_dead=spec.rebuild_dead,
+    )
+
+
 async def close_state(state: GatewayState) -> None:
     if state.background:
         await asyncio.wait(set(state.background), timeout=10)
-    engines = [r.engine for group in state.replicas.values() for r in group]
-    await asyncio.gather(*(engine.aclose() for engine in engines), return_exceptions=True)
+    replicas = [r for group in state.replicas.values() for r in group]
+    await asyncio.gather(*(r.aclose() for r in replicas), return_exceptions=True)
     await state.store.aclose()
     await asyncio.to_thread(state.tracing.shutdown)
 

@@ -131,7 +131,10 @@ class GatewayTimeout(ApiError):
 def from_engine_error(exc: engine_errors.EngineError) -> ApiError:
     """Map an engine failure to what the client sees; the only place this mapping lives."""
     if isinstance(exc, engine_errors.EngineOverloaded):
-        return Overloaded(str(exc) or "the tier is overloaded", headers={"Retry-After": "1"})
+        retry_after = str(exc.retry_after_s)
+        return Overloaded(
+            str(exc) or "the tier is overloaded", headers={"Retry-After": retry_after}
+        )
     if isinstance(exc, engine_errors.EngineUnavailable):
         return Overloaded(str(exc) or "no engine available", headers={"Retry-After": "2"})
     if isinstance(exc, engine_errors.UpstreamTimeout):

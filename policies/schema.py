@@ -29,9 +29,30 @@ class EngineSpec(Frozen):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+class PoolWeights(Frozen):
+    """How a pool scores replicas; llm-d's defaults (queue 2, KV 2, prefix 3)."""
+
+    queue: float = Field(2.0, ge=0)
+    kv_cache: float = Field(2.0, ge=0)
+    prefix: float = Field(3.0, ge=0)
+
+
+class PoolSpec(Frozen):
+    """One tier's replica choice and its bounded wait queue."""
+
+    weights: PoolWeights = PoolWeights()
+    max_waiting: int = Field(256, ge=0)
+    wait_timeout_s: float = Field(30.0, gt=0)
+    retry_after_s: int = Field(1, ge=1)
+    prefix_block_chars: int = Field(256, ge=16)
+    prefix_index_blocks: int = Field(65536, ge=16)
+    rebuild_dead: bool = True
+
+
 class TierSpec(Frozen):
     engines: tuple[str, ...] = Field(min_length=1)
     fallback: str | None = None
+    pool: PoolSpec = PoolSpec()
 
 
 class Price(Frozen):

@@ -1,0 +1,132 @@
+"""Engines for the backend tests, built once and kept on one background event loop.
+
+Real engines (vLLM, llama.cpp) are expensive to start, so they are session-scoped and
+live on a dedicated loop thread; tests submit coroutines to it with ``loop.run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from tests.support import REPO, SMOLLM2
+
+T = TypeVar("T")
+
+# vLLM on CPU: a small KV cache and no thread pinning (the CI box has 2 shared cores).
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+
+
+class LoopThread:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 120.0) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+@pytest.fixture(scope="session")
+def engine_loop() -> Iterator[LoopThread]:
+    loop = LoopThread()
+    yield loop
+    loop.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The model the vLLM tests load; scripts/gpu_check.py may point at a local HF folder."""
+    if os.environ.get("TIERGATE_TEST_VLLM_MODEL"):
+        return Path(os.environ["TIERGATE_TEST_VLLM_MODEL"])
+    from tests.tiny_llama import build_tiny_llama
+
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+def vllm_options(model_path: Path) -> dict[str, Any]:
+    """CPU defaults; ``TIERGATE_TEST_VLLM_OPTIONS`` (JSON) overrides them, e.g. on a GPU."""
+    return {
+        "model_path": str(model_path),
+        "dtype": "bfloat16",
+        "max_model_len": 1024,
+        "max_num_seqs": 8,
+        "enable_prefix_caching": True,
+        "enforce_eager": True,
+        "seed": 0,
+        **json.loads(os.environ.get("TIERGATE_TEST_VLLM_OPTIONS", "{}")),
+    }
+
+
+@pytest.fixture(scope="session")
+def vllm_engines(engine_loop: LoopThread, tiny_llama: Path) -> Iterator[list[Any]]:
+    """Two AsyncLLM engines in this one process, started together."""
+    from backends.vllm import VllmEngine
+
+    engines = [
+        VllmEngine(name=f"vllm-{i}", model="tiny-llama", **vllm_options(tiny_llama))
+        for i in range(2)
+    ]
+
+    async def start() -> None:
+        if os.environ.get("TIERGATE_TEST_VLLM_SEQUENTIAL"):  # GPU memory profiling
+            for engine in engines:
+                await engine.start()
+        else:
+            await asyncio.gather(*(e.start() for e in engines))
+
+    engine_loop.run(start(), timeout=600)
+    yield engines
+
+    async def stop() -> None:
+        await asyncio.gather(*(e.aclose() for e in engines))
+
+    engine_loop.run(stop(), timeout=120)
+
+
+@pytest.fixture(scope="session")
+def llamacpp_engine(engine_loop: LoopThread) -> Iterator[Any]:
+    from backends.llamacpp import LlamaCppEngine
+
+    engine = LlamaCppEngine(
+        name="smollm2-0", model="smollm2", model_path=SMOLLM2, n_ctx=2048, n_threads=1
+    )
+    engine_loop.run(engine.start())
+    yield engine
+    engine_loop.run(engine.aclose())
+
+
+def sglang_bridge_options(**server_args: Any) -> dict[str, Any]:
+    return {
+        "engine_factory": "tests.backends.fake_sglang:FakeSglangEngine",
+        "server_args": server_args,
+        "env": {"PYTHONPATH": str(REPO)},
+        "load_interval_s": 0.05,
+        "start_timeout_s": 60.0,
+        "stop_timeout_s": 10.0,
+    }
+
+
+@pytest.fixture(scope="session")
+def sglang_bridge(engine_loop: LoopThread) -> Iterator[Any]:
+    from backends.sglang import SglangEngine
+
+    engine = SglangEngine(
+        name="sglang-0", model="fake-sglang", **sglang_bridge_options(fake_token_delay_s=0.002)
+    )
+    engine_loop.run(engine.start())
+    yield engine
+    engine_loop.run(engine.aclose())

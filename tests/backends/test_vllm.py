@@ -1,0 +1,88 @@
+"""vLLM-specific checks beyond the contract: two engines in one process, their own stats."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from backends.base import Chunk
+from tests.backends.conftest import LoopThread
+from tests.backends.test_contract import chat, collect, long_prefix
+
+pytestmark = pytest.mark.slow
+
+
+def test_two_engines_serve_at_once_with_their_own_statistics(
+    vllm_engines: list[Any], engine_loop: LoopThread
+) -> None:
+    first, second = vllm_engines
+    before = [e.stats.snapshot().prefix_queries for e in vllm_engines]
+
+    async def both() -> list[list[Chunk]]:
+        return await asyncio.gather(
+            collect(first, chat("one", max_tokens=16, temperature=0.0)),
+            collect(second, chat("two", max_tokens=16, temperature=0.0)),
+        )
+
+    results = engine_loop.run(both())
+    for chunks in results:
+        assert "".join(c.text for c in chunks)
+        assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 16
+    # Now only the first engine works: only its stat logger moves.
+    middle = [e.stats.snapshot().prefix_queries for e in vllm_engines]
+    assert all(m > b for m, b in zip(middle, before, strict=True))
+    system = long_prefix()
+    engine_loop.run(collect(first, chat("a", system=system, max_tokens=4)))
+    engine_loop.run(collect(first, chat("b", system=system, max_tokens=4)))
+    after = [e.stats.snapshot() for e in vllm_engines]
+    assert after[0].prefix_queries > middle[0] and after[0].prefix_hits > 0
+    assert after[1].prefix_queries == middle[1]
+    assert after[0].ttft_s > 0 and after[0].itl_s > 0
+    assert all(e.unfinished() == 0 and e.load().healthy for e in vllm_engines)
+
+
+def test_bad_request_is_rejected_and_leaves_nothing_behind(
+    vllm_engines: list[Any], engine_loop: LoopThread
+) -> None:
+    from backends.errors import UpstreamRejected
+
+    engine = vllm_engines[1]
+    too_long = chat(long_prefix(3000), max_tokens=8)  # beyond max_model_len=1024
+    with pytest.raises(UpstreamRejected):
+        engine_loop.run(collect(engine, too_long))
+    assert engine.unfinished() == 0 and engine.counters.active == 0
+
+
+def test_a_pool_of_two_engines_keeps_a_conversation_where_its_cache_is(
+    vllm_engines: list[Any], engine_loop: LoopThread
+) -> None:
+    from backends.base import GenerationRequest, SamplingParams
+    from backends.pool import EnginePool, Replica, StreamInfo
+
+    pool = EnginePool("small", [Replica(e) for e in vllm_engines])
+    history: list[dict[str, str]] = [{"role": "user", "content": long_prefix()}]
+
+    async def turn() -> tuple[str | None, int]:
+        request = GenerationRequest(
+            request_id="conv",
+            model="tiny-llama",
+            sampling=SamplingParams(max_tokens=8, temperature=0.0),
+            messages=tuple(history),
+        )
+        info = StreamInfo()
+        text, cached = "", 0
+        async for chunk in pool.stream(request, info):
+            text += chunk.text
+            if chunk.usage is not None:
+                cached = chunk.usage.cached_tokens
+        history.extend(
+            [{"role": "assistant", "content": text}, {"role": "user", "content": "go on"}]
+        )
+        return info.replica, cached
+
+    turns = [engine_loop.run(turn()) for _ in range(3)]
+    assert len({replica for replica, _ in turns}) == 1
+    assert turns[0][1] == 0 and all(cached >= 128 for _, cached in turns[1:])
+    assert pool.counters.prefix_hit_rate == 2 / 3
