@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -86,3 +87,61 @@ def test_a_pool_of_two_engines_keeps_a_conversation_where_its_cache_is(
     assert len({replica for replica, _ in turns}) == 1
     assert turns[0][1] == 0 and all(cached >= 128 for _, cached in turns[1:])
     assert pool.counters.prefix_hit_rate == 2 / 3
+
+
+def test_gateway_over_in_process_vllm(tiny_llama: Any) -> None:
+    """The whole path: official client → uvicorn → pool → AsyncLLM in the gateway process."""
+    import httpx
+    import openai
+
+    from tests.backends.conftest import vllm_options
+    from tests.support import TEST_KEY, fake_config, running_gateway
+
+    config = fake_config()
+    config["engines"]["tiny"] = {
+        "backend": "vllm",
+        "model": "tiny-llama",
+        "options": {**vllm_options(tiny_llama), "max_num_seqs": 4},
+    }
+    config["tiers"]["small"] = {"engines": ["tiny"]}
+    config["prices"]["tiny-llama"] = {"input": 1.0, "cached_input": 0.1, "output": 2.0}
+    system = long_prefix()
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "hi"}]
+    with (
+        running_gateway(config) as gw,
+        openai.OpenAI(base_url=gw.base_url + "/v1", api_key=TEST_KEY, max_retries=0) as client,
+    ):
+        engine = gw.state.replicas["tiny"][0].engine
+        params: dict[str, Any] = {"model": "small", "max_tokens": 12, "temperature": 0}
+        whole = client.chat.completions.with_raw_response.create(messages=messages, **params)
+        first = whole.parse()
+        assert first.usage is not None and first.usage.completion_tokens == 12
+        streamed = client.chat.completions.create(
+            messages=messages, stream=True, stream_options={"include_usage": True}, **params
+        )
+        pieces, usage = [], None
+        for event in streamed:
+            if event.choices and event.choices[0].delta.content:
+                pieces.append(event.choices[0].delta.content)
+            usage = event.usage or usage
+        assert "".join(pieces) == first.choices[0].message.content
+        assert usage is not None and usage.prompt_tokens_details is not None
+        assert usage.prompt_tokens_details.cached_tokens >= 128  # same prompt, cache hit
+        # A client that goes away mid-stream leaves nothing running in the engine.
+        body = {**params, "max_tokens": 500, "stream": True, "messages": messages}
+        with (
+            httpx.Client(timeout=30) as http,
+            http.stream(
+                "POST",
+                gw.base_url + "/v1/chat/completions",
+                json=body,
+                headers={"authorization": f"Bearer {TEST_KEY}"},
+            ) as response,
+        ):
+            for line in response.iter_lines():
+                if line.startswith("data: ") and '"content"' in line:
+                    break
+        deadline = time.monotonic() + 10
+        while engine.unfinished() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert engine.unfinished() == 0 and engine.counters.aborted >= 1
