@@ -22,9 +22,10 @@ from starlette.responses import Response
 from backends.pool import EnginePool, PoolSettings, Replica
 from backends.registry import build_engine
 from gateway.admin import routes as admin
+from gateway.cache.build import close_cache, open_cache
 from gateway.errors import ApiError
 from gateway.metrics import GatewayMetrics
-from gateway.routes import admin_budgets, chat, completions, health, metrics, models
+from gateway.routes import admin_budgets, admin_cache, chat, completions, health, metrics, models
 from gateway.state import GatewayState
 from gateway.tracing import open_tracing, traced
 from policies.ledger import open_ledger
@@ -61,6 +62,7 @@ async def build_state(
         for tier_name, tier in config.tiers.items()
     }
     ledger = open_ledger(store, config.redis_prefix)
+    cache, embedder = await open_cache(config, store)
     return GatewayState(
         config=config,
         keyring=KeyRing.from_config(config),
@@ -72,6 +74,8 @@ async def build_state(
         tracing=open_tracing(tracer_provider),
         budgets=open_budget_store(config, ledger),
         limiter=open_rate_limiter(config, store),
+        cache=cache,
+        embedder=embedder,
     )
 
 
@@ -94,6 +98,7 @@ async def close_state(state: GatewayState) -> None:
         await asyncio.wait(set(state.background), timeout=10)
     replicas = [r for group in state.replicas.values() for r in group]
     await asyncio.gather(*(r.aclose() for r in replicas), return_exceptions=True)
+    await close_cache(state.cache, state.embedder)
     await state.store.aclose()
     await asyncio.to_thread(state.tracing.shutdown)
 
@@ -139,6 +144,9 @@ def create_app(config: GatewayConfig, *, tracer_provider: TracerProvider | None 
     app.add_route("/admin/api/budgets", admin_budgets.list_budgets, methods=["GET"])
     app.add_route("/admin/api/budgets", admin_budgets.set_budget, methods=["PUT"])
     app.add_route("/admin/api/budgets/spend", admin_budgets.spend_by_day, methods=["GET"])
+    app.add_route("/admin/api/cache", admin_cache.cache_usage, methods=["GET"])
+    app.add_route("/admin/api/cache/{tenant}", admin_cache.tenant_usage, methods=["GET"])
+    app.add_route("/admin/api/cache/{tenant}", admin_cache.flush_tenant, methods=["DELETE"])
     app.add_route("/healthz", health.healthz, methods=["GET"])
     app.add_route("/readyz", health.readyz, methods=["GET"])
     app.add_route("/metrics", metrics.metrics, methods=["GET"])

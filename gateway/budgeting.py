@@ -191,7 +191,8 @@ async def settle(
 ) -> None:
     usage, cost = charge(state, outcome.model, outcome.usage, ticket, progress)
     if outcome.cache in ("exact", "semantic"):
-        usage, cost = Usage(usage.prompt_tokens, usage.completion_tokens), 0.0
+        # A hit costs what the cache policy charges for it (hit_charge; default nothing).
+        usage, cost = Usage(usage.prompt_tokens, usage.completion_tokens), outcome.cost_usd
     event = SpendEvent(
         ts=now(),
         request_id=routed.request_id,

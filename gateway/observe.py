@@ -78,6 +78,7 @@ def finish(run: Execution, generation: Span) -> None:
             cached_tokens=usage.cached_tokens if usage else 0,
             cost_usd=outcome.cost_usd,
             saved_routing_usd=outcome.saved_routing_usd,
+            saved_cache_usd=outcome.saved_usd,
             latency_s=outcome.latency_s,
             ttft_s=outcome.ttft_s,
         )

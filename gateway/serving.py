@@ -17,6 +17,8 @@ from backends.base import Chunk, GenerationRequest, Usage
 from backends.errors import EngineError, EngineUnavailable
 from backends.pool import StreamInfo
 from gateway import budgeting, observe
+from gateway.cache.record import CachedResponse, Recorder
+from gateway.cache.service import CachePlan
 from gateway.errors import (
     ApiError,
     GatewayTimeout,
@@ -29,6 +31,7 @@ from gateway.tracing import GENERATION, SETTLEMENT, current_trace
 from policies.savings import routing_saving
 from policies.tenants import Principal
 from routers.decision import TierDecision, TierNotAllowed, UnknownModel, decide
+from routers.embedding import EmbeddingOnce, last_user_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +44,8 @@ class RoutedRequest:
     generation: GenerationRequest
     stream: bool
     include_usage: bool
+    cache: CachePlan | None = None
+    embedding: EmbeddingOnce | None = None  # one per request: cache and classifier share it
 
     @property
     def tier(self) -> str:
@@ -62,7 +67,8 @@ class Outcome:
     error: str | None = None
     ttft_s: float | None = None
     latency_s: float = 0.0
-    saved_usd: float = 0.0  # a cache hit: what it would have cost on its tier
+    saved_usd: float = 0.0  # a cache hit: what it would have cost, less what was charged
+    similarity: float | None = None  # of a semantic hit
 
 
 def new_request_id(prefix: str) -> str:
@@ -77,6 +83,7 @@ def route(
     *,
     stream: bool,
     include_usage: bool,
+    cache_control: str | None = None,
 ) -> RoutedRequest:
     try:
         decision = decide(state.config, principal.policy, requested_model)
@@ -87,6 +94,13 @@ def route(
         ) from None
     except TierNotAllowed as exc:
         raise PermissionDenied(str(exc), param="model") from None
+    embedding = None
+    if state.embedder is not None:
+        text = last_user_text(build.messages) if build.messages is not None else build.prompt
+        embedding = EmbeddingOnce(state.embedder, text or "")
+    plan = None
+    if state.cache is not None:
+        plan = state.cache.plan(principal, requested_model, build, cache_control)
     return RoutedRequest(
         request_id=build.request_id,
         created=int(time.time()),
@@ -96,6 +110,8 @@ def route(
         generation=replace(build, model=decision.pinned_model or build.model),
         stream=stream,
         include_usage=include_usage,
+        cache=plan,
+        embedding=embedding,
     )
 
 
@@ -123,6 +139,9 @@ class Execution:
         self._first_at: float | None = None
         self._settling: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
+        self._hit: CachedResponse | None = None
+        self._recorder: Recorder | None = None
+        self._capped = False  # admission lowered max_tokens: the answer is not the request's
 
     async def open(self) -> None:
         """Admit, then get the first chunk, failing over along the tier chain while
@@ -134,6 +153,8 @@ class Execution:
             raise
         self._apply(tier, self.ticket)
         self._heartbeat = budgeting.keep_alive(self.state, self.ticket)
+        if await self._from_cache():
+            return
         visited: list[str] = []
         while True:
             info = StreamInfo()
@@ -172,12 +193,33 @@ class Execution:
                 self.outcome.failover_from = self.routed.tier
             return
 
+    async def _from_cache(self) -> bool:
+        """Answer from the cache if it has the answer; else arrange to store the live one."""
+        plan, cache = self.routed.cache, self.state.cache
+        if plan is None or cache is None:
+            return False
+        if plan.lookup:
+            found = await cache.lookup(plan, self.routed.embedding)
+            self.outcome.cache, self.outcome.similarity = found.status, found.similarity
+            if found.response is not None:
+                hit = self._hit = found.response
+                self.outcome.tier, self.outcome.model = hit.tier, hit.model
+                self._stream = hit.replay()
+                self._first = await anext(self._stream)
+                self.outcome.ttft_s = time.perf_counter() - self.started
+                self._count(self._first)
+                return True
+        if plan.store and not self._capped:
+            self._recorder = Recorder()
+        return False
+
     def _apply(self, tier: str, ticket: budgeting.Ticket) -> None:
         """Run on the tier admission chose, capped at the tokens it reserved for."""
         routed = self.routed
         generation = routed.generation
         cap = budgeting.enforce_cap(routed, ticket)
         if cap is not None:
+            self._capped = cap != generation.sampling.max_tokens
             generation = replace(generation, sampling=replace(generation.sampling, max_tokens=cap))
         if tier != routed.tier:
             trail = (*routed.decision.trail, f"budget: downgraded {routed.tier} -> {tier}")
@@ -202,6 +244,8 @@ class Execution:
         try:
             chunk: Chunk | None = first
             while chunk is not None:
+                if self._recorder is not None:
+                    self._recorder.add(chunk)
                 if chunk.usage is not None:
                     self._settle(chunk)
                 yield chunk
@@ -209,6 +253,7 @@ class Execution:
                     chunk = await anext(stream, None)
                 if chunk is not None:
                     self._count(chunk)
+            await self._fill_cache()
         except EngineError as exc:
             self._fail(str(exc))
             raise from_engine_error(exc) from exc
@@ -219,10 +264,24 @@ class Execution:
             if not self._finished:
                 self._fail("cancelled")
 
+    async def _fill_cache(self) -> None:
+        """Only a stream that ran to its natural end reaches here: store it."""
+        plan, cache, recorder = self.routed.cache, self.state.cache, self._recorder
+        if plan is None or cache is None or recorder is None or self.outcome.error is not None:
+            return
+        finished = recorder.finished(
+            model=self.outcome.model, tier=self.outcome.tier, cost_usd=self.outcome.cost_usd
+        )
+        if finished is not None:
+            await cache.store(plan, finished, self.routed.embedding)
+
     def _settle(self, final: Chunk) -> None:
         self._finished = True
         self.outcome.usage = final.usage
         self.outcome.finish_reason = final.finish_reason
+        if self._hit is not None:
+            self._settle_hit(self._hit)
+            return
         with self.trace.stage(SETTLEMENT):
             price = self.state.config.prices.get(self.outcome.model)
             if price is not None and final.usage is not None:
@@ -237,6 +296,16 @@ class Execution:
                     usage.completion_tokens,
                     usage.cached_tokens,
                 )
+        self._ended()
+
+    def _settle_hit(self, hit: CachedResponse) -> None:
+        """A hit costs ``hit_charge`` of what the stored response cost; the rest is saved."""
+        plan = self.routed.cache
+        charge = plan.policy.hit_charge if plan is not None else 0.0
+        self.outcome.cost_usd = hit.cost_usd * charge
+        self.outcome.saved_usd = hit.cost_usd - self.outcome.cost_usd
+        if self.state.cache is not None:
+            self.state.cache.record_saving(self.outcome.saved_usd)
         self._ended()
 
     def _timed_out(self) -> GatewayTimeout:
@@ -296,6 +365,8 @@ class Execution:
             "x-tiergate-model": self.outcome.model,
             "x-tiergate-cache": self.outcome.cache,
         }
+        if self.outcome.similarity is not None and self.outcome.cache == "semantic":
+            headers["x-tiergate-cache-similarity"] = f"{self.outcome.similarity:.4f}"
         if self.outcome.failover_from is not None:
             headers["x-tiergate-failover"] = f"{self.outcome.failover_from}->{self.outcome.tier}"
         if self.ticket is not None:

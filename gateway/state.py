@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from starlette.requests import Request
 
 from backends.pool import EnginePool, Replica
+from gateway.cache.service import PromptCache
 from gateway.metrics import GatewayMetrics
 from gateway.tracing import Tracing
 from policies.budget import BudgetStore
@@ -16,6 +17,7 @@ from policies.ratelimit import RateLimiter
 from policies.schema import GatewayConfig
 from policies.store import Store
 from policies.tenants import KeyRing
+from routers.embedding import Embedder
 
 
 @dataclass(slots=True)
@@ -30,6 +32,8 @@ class GatewayState:
     tracing: Tracing
     budgets: BudgetStore
     limiter: RateLimiter
+    cache: PromptCache | None = None
+    embedder: Embedder | None = None
     ready: bool = False
     # Settlements run as their own tasks so a cancelled request still settles; the
     # lifespan waits for them before closing the store.

@@ -98,6 +98,28 @@ class ApiKey(Frozen):
         return self
 
 
+# Cosine similarity a paraphrase must reach for a semantic hit (MiniLM). On
+# data/cache_pairs.jsonl the last false hit vanishes at 0.82; 0.85 keeps a margin
+# (precision 1.0, recall 0.75: bench/cache_pairs.py, docs/cache.md).
+DEFAULT_SEMANTIC_THRESHOLD = 0.85
+
+
+class CachePolicy(Frozen):
+    """One tenant's prompt cache: what is stored, for how long, and what a hit costs."""
+
+    enabled: bool = True
+    ttl_s: float = Field(3600.0, gt=0)
+    max_entries: int = Field(10_000, ge=1)
+    # Requests at or below this temperature are cacheable (unset means OpenAI's 1.0);
+    # a request with a fixed seed is cacheable at any temperature when cache_seeded.
+    max_temperature: float = Field(0.0, ge=0.0, le=2.0)
+    cache_seeded: bool = True
+    semantic: bool = True
+    semantic_threshold: float = Field(DEFAULT_SEMANTIC_THRESHOLD, gt=0.0, le=1.0)
+    # Share of the original cost a hit is charged: 0 = free, 1 = full price.
+    hit_charge: float = Field(0.0, ge=0.0, le=1.0)
+
+
 class TenantSpec(Frozen):
     keys: tuple[ApiKey, ...] = Field(min_length=1)
     default_tier: str = "small"
@@ -109,6 +131,25 @@ class TenantSpec(Frozen):
     # Budget / rate-limit store unreachable: refuse (503) unless these say to let requests through.
     budget_fail_open: bool = False
     rate_limit_fail_open: bool = False
+    cache: CachePolicy = CachePolicy()
+
+
+class CacheConfig(Frozen):
+    """Gateway-wide cache settings; per-tenant policy lives in ``TenantSpec.cache``."""
+
+    # The semantic cache needs the sentence embedder (sentence-transformers, torch).
+    semantic: bool = False
+    embedder_model: str | None = None
+    # Where semantic vectors are searched: auto = Redis 8 vector sets when the server has
+    # them, else a per-replica index synced through a Redis stream (memory store: in process).
+    index: Literal["auto", "vectorset", "stream"] = "auto"
+    # A cache call slower than this is abandoned and the request served without the cache.
+    timeout_s: float = Field(0.1, gt=0)
+    # After a failure the cache is skipped for this long instead of timing out per request.
+    retry_after_s: float = Field(1.0, ge=0)
+    stream_maxlen: int = Field(100_000, ge=1000)
+    # Every cache key starts with this (tests and side-by-side deployments use their own).
+    key_prefix: str = Field("tg:cache", pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
 
 
 class RoutingConfig(Frozen):
@@ -189,6 +230,7 @@ class GatewayConfig(Frozen):
     routing: RoutingConfig = RoutingConfig()
     admin: AdminConfig = AdminConfig()
     metrics: MetricsConfig = MetricsConfig()
+    cache: CacheConfig = CacheConfig()
 
     @model_validator(mode="after")
     def _references(self) -> GatewayConfig:

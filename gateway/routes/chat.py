@@ -47,6 +47,7 @@ async def chat_completions(request: Request) -> Response:
         to_generation(body),
         stream=body.stream,
         include_usage=body.include_usage,
+        cache_control=request.headers.get("cache-control"),
     )
     return await respond(request, Execution(state, routed), _whole, _streamed)
 

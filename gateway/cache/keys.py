@@ -1,0 +1,131 @@
+"""What makes two requests the same: the exact key, the semantic prefix, the Redis key names.
+
+The exact key covers everything that changes the output: tenant, requested model or
+tier, every message, and every generation parameter the engine sees. The semantic
+prefix covers the same minus the *text* of the last user message, plus a guard over
+that text (its numbers and negations), because a sentence embedding barely moves
+when "5 km" becomes "50 km" or "is" becomes "is not".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from backends.base import GenerationRequest
+from routers.embedding import last_user_text
+from routers.semantic_guard import guard
+
+VERSION = "1"  # bump when the key layout or the stored record changes
+_NAMESPACE_OK = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def namespace(tenant: str) -> str:
+    """The tenant's key namespace: its name when that is key-safe, else a digest of it."""
+    if _NAMESPACE_OK.match(tenant):
+        return tenant
+    return "h" + hashlib.sha256(tenant.encode()).hexdigest()[:24]
+
+
+@dataclass(frozen=True, slots=True)
+class CacheKeys:
+    """Redis key names for one tenant; the ``{namespace}`` hash tag keeps them in one
+    cluster slot, so the Lua scripts may touch them together."""
+
+    root: str  # CacheConfig.key_prefix
+    ns: str
+
+    @property
+    def base(self) -> str:
+        return f"{self.root}:{{{self.ns}}}"
+
+    def entry(self, digest: str) -> str:
+        return f"{self.base}:e:{digest}"
+
+    @property
+    def order(self) -> str:
+        """Sorted set: entry digest → time stored (ms); eviction order, count, flush."""
+        return f"{self.base}:order"
+
+    @property
+    def vectors(self) -> str:
+        """Redis 8 vector set of this tenant's semantic entries."""
+        return f"{self.base}:vset"
+
+
+def stream_key(root: str) -> str:
+    """Redis 7 path: every replica tails this stream to keep its index in sync."""
+    return f"{root}:events"
+
+
+def _canonical(value: Any) -> bytes:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256(_canonical([VERSION, *parts])).hexdigest()
+
+
+def _params(request: GenerationRequest) -> dict[str, Any]:
+    sampling = request.sampling
+    return {
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "max_tokens": sampling.max_tokens,
+        "stop": list(sampling.stop),
+        "seed": sampling.seed,
+        "tools": list(request.tools) if request.tools else None,
+        "tool_choice": request.tool_choice,
+        "response_format": request.response_format,
+        "n": 1,
+    }
+
+
+def _last_user_index(messages: tuple[Mapping[str, Any], ...]) -> int | None:
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].get("role") == "user":
+            return index
+    return None
+
+
+def _without_text(message: Mapping[str, Any]) -> dict[str, Any]:
+    """The message with its text removed but everything else (images, name) kept."""
+    stripped = dict(message)
+    content = message.get("content")
+    if isinstance(content, str) or content is None:
+        stripped["content"] = None
+    else:
+        stripped["content"] = [p for p in content if p.get("type") != "text"]
+    return stripped
+
+
+@dataclass(frozen=True, slots=True)
+class Fingerprint:
+    """One request's cache identity."""
+
+    exact: str
+    prefix: str  # everything but the compared text, plus its guard
+    text: str  # the text compared by meaning (the last user message, or the prompt)
+
+
+def fingerprint(tenant_ns: str, requested_model: str, request: GenerationRequest) -> Fingerprint:
+    params = _params(request)
+    if request.messages is not None:
+        messages = tuple(request.messages)
+        exact = _digest(tenant_ns, requested_model, "chat", list(messages), params)
+        index = _last_user_index(messages)
+        if index is None:
+            return Fingerprint(exact, "", "")
+        text = last_user_text(messages)
+        rest = [*messages[:index], _without_text(messages[index]), *messages[index + 1 :]]
+        prefix = _digest(tenant_ns, requested_model, "chat", rest, params, guard(text))
+        return Fingerprint(exact, prefix, text)
+    prompt = request.prompt or ""
+    exact = _digest(tenant_ns, requested_model, "text", prompt, params)
+    prefix = _digest(tenant_ns, requested_model, "text", None, params, guard(prompt))
+    return Fingerprint(exact, prefix, prompt)

@@ -1,0 +1,186 @@
+"""What both Redis storages share: the cache's own client, entries, eviction and flush.
+
+An entry is a hash (``r`` record, ``p`` prefix, ``t`` text, ``v`` float32 vector) with
+a TTL, listed in the tenant's ``order`` sorted set. One Lua script stores an entry and
+evicts expired and surplus ones atomically; it returns what it evicted, so an index
+outside the script can follow.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import numpy as np
+
+from gateway.cache.keys import CacheKeys
+from gateway.cache.storage import CacheUnavailable, Candidate, Semantic, TenantUsage, Vector
+
+T = TypeVar("T")
+
+# KEYS: entry, order, vector set.  ARGV: digest, record, prefix, text, vector, now_ms,
+# ttl_ms, max_entries, use_vset, entry key prefix.
+PUT_SCRIPT = """
+local digest, now, ttl, cap = ARGV[1], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local use_vset, entry_prefix = ARGV[9] == '1', ARGV[10]
+if ARGV[3] ~= '' then
+  redis.call('HSET', KEYS[1], 'r', ARGV[2], 'p', ARGV[3], 't', ARGV[4], 'v', ARGV[5])
+else
+  redis.call('HSET', KEYS[1], 'r', ARGV[2])
+end
+redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('ZADD', KEYS[2], now, digest)
+redis.call('PEXPIRE', KEYS[2], ttl)
+local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - ttl)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - ttl)
+local over = redis.call('ZCARD', KEYS[2]) - cap
+if over > 0 then
+  local popped = redis.call('ZPOPMIN', KEYS[2], over)
+  for i = 1, #popped, 2 do gone[#gone + 1] = popped[i] end
+end
+for _, d in ipairs(gone) do
+  redis.call('UNLINK', entry_prefix .. d)
+  if use_vset then redis.call('VREM', KEYS[3], d) end
+end
+if use_vset and ARGV[3] ~= '' then
+  redis.call('VADD', KEYS[3], 'FP32', ARGV[5], digest, 'SETATTR', cjson.encode({p = ARGV[3]}))
+  redis.call('PEXPIRE', KEYS[3], ttl)
+end
+return gone
+"""
+
+# KEYS: order, vector set.  ARGV: entry key prefix.
+FLUSH_SCRIPT = """
+local digests = redis.call('ZRANGE', KEYS[1], 0, -1)
+for i = 1, #digests, 500 do
+  local batch = {}
+  for j = i, math.min(i + 499, #digests) do batch[#batch + 1] = ARGV[1] .. digests[j] end
+  redis.call('UNLINK', unpack(batch))
+end
+redis.call('UNLINK', KEYS[1], KEYS[2])
+return #digests
+"""
+
+
+def cache_client(url: str, timeout_s: float) -> Any:
+    """A client of its own with short timeouts: a slow cache must not hold a request."""
+    import redis.asyncio as aioredis
+
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url,
+        max_connections=64,
+        timeout=timeout_s,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+    )
+    return aioredis.Redis(connection_pool=pool)
+
+
+def as_vector(raw: bytes) -> Vector:
+    return np.frombuffer(raw, dtype=np.float32)
+
+
+class RedisStorageBase:
+    kind = "redis"
+    use_vector_set = False
+
+    def __init__(self, client: Any) -> None:
+        self.redis = client
+        self._put = client.register_script(PUT_SCRIPT)
+        self._flush = client.register_script(FLUSH_SCRIPT)
+
+    async def call(self, what: str, make: Callable[[], Awaitable[T]]) -> T:
+        from redis.exceptions import RedisError
+
+        try:
+            return await make()
+        except (RedisError, OSError) as exc:
+            raise CacheUnavailable(f"cache {what}: {exc!r}") from exc
+
+    async def start(self, namespaces: list[str]) -> None:
+        return None
+
+    async def get(self, keys: CacheKeys, digest: str) -> bytes | None:
+        value = await self.call("get", lambda: self.redis.hget(keys.entry(digest), "r"))
+        assert value is None or isinstance(value, bytes)
+        return value
+
+    async def put(
+        self,
+        keys: CacheKeys,
+        digest: str,
+        record: bytes,
+        semantic: Semantic | None,
+        ttl_s: float,
+        max_entries: int,
+    ) -> None:
+        args = [
+            digest,
+            record,
+            semantic.prefix if semantic else "",
+            semantic.text if semantic else "",
+            semantic.vector.astype(np.float32).tobytes() if semantic else b"",
+            int(time.time() * 1000),
+            max(int(ttl_s * 1000), 1),
+            max_entries,
+            "1" if self.use_vector_set else "0",
+            keys.entry(""),
+        ]
+        gone = await self.call(
+            "put",
+            lambda: self._put(keys=[keys.entry(digest), keys.order, keys.vectors], args=args),
+        )
+        await self.after_put(keys, digest, semantic, [d.decode() for d in gone])
+
+    async def after_put(
+        self, keys: CacheKeys, digest: str, semantic: Semantic | None, gone: list[str]
+    ) -> None:
+        return None
+
+    async def fetch(self, keys: CacheKeys, digests: list[str]) -> list[Candidate]:
+        """The live entries among ``digests``, in that order."""
+        if not digests:
+            return []
+
+        async def run() -> list[Any]:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for digest in digests:
+                    pipe.hmget(keys.entry(digest), "r", "t", "v")
+                result: list[Any] = await pipe.execute()
+                return result
+
+        rows = await self.call("fetch", run)
+        found: list[Candidate] = []
+        for digest, (record, text, vector) in zip(digests, rows, strict=True):
+            if record is not None and text is not None and vector:
+                found.append(Candidate(digest, record, text.decode(), as_vector(vector)))
+        return found
+
+    async def flush(self, keys: CacheKeys) -> int:
+        removed = await self.call(
+            "flush", lambda: self._flush(keys=[keys.order, keys.vectors], args=[keys.entry("")])
+        )
+        return int(removed)
+
+    async def usage(self, keys: CacheKeys) -> TenantUsage:
+        """Entry count exactly; memory from Redis' own accounting of a sample of entries."""
+
+        async def run() -> TenantUsage:
+            count = int(await self.redis.zcard(keys.order))
+            sample = await self.redis.zrandmember(keys.order, 32) or []
+            sizes = [
+                int(await self.redis.memory_usage(keys.entry(d.decode())) or 0) for d in sample
+            ]
+            live = [s for s in sizes if s]
+            per_entry = sum(live) / len(live) if live else 0.0
+            overhead = 0
+            for key in (keys.order, keys.vectors):
+                overhead += int(await self.redis.memory_usage(key) or 0)
+            return TenantUsage(entries=count, memory_bytes=int(per_entry * count) + overhead)
+
+        return await self.call("usage", run)
+
+    async def aclose(self) -> None:
+        await self.redis.aclose()
+        await self.redis.connection_pool.disconnect()

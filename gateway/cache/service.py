@@ -1,0 +1,217 @@
+"""The prompt cache as the request pipeline sees it: plan, look up, store.
+
+``plan`` decides from the tenant's policy and the request's ``Cache-Control`` what may
+be looked up and stored; ``lookup`` tries the exact key, then the semantic index;
+``store`` keeps a finished response. A failing or slow store never fails a request:
+the call is abandoned, counted, and the cache skipped for a moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Literal, TypeVar
+
+import orjson
+
+from backends.base import GenerationRequest
+from gateway.cache.keys import CacheKeys, Fingerprint, fingerprint, namespace
+from gateway.cache.record import CachedResponse
+from gateway.cache.storage import CacheStorage, CacheUnavailable, Semantic, TenantUsage
+from policies.schema import CacheConfig, CachePolicy
+from policies.tenants import Principal
+from routers.embedding import EmbeddingOnce
+from routers.semantic_guard import reordered
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+CacheStatus = Literal["exact", "semantic", "miss", "bypass"]
+CANDIDATES = 4
+
+
+@dataclass(frozen=True, slots=True)
+class CachePlan:
+    keys: CacheKeys
+    policy: CachePolicy
+    fingerprint: Fingerprint
+    lookup: bool
+    store: bool
+    semantic: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    status: CacheStatus
+    response: CachedResponse | None = None
+    similarity: float | None = None
+
+
+@dataclass(slots=True)
+class CacheCounters:
+    exact_hits: int = 0
+    semantic_hits: int = 0
+    misses: int = 0
+    bypassed: int = 0
+    stored: int = 0
+    unavailable: int = 0
+    saved_usd: float = 0.0
+    by_reason: dict[str, int] = field(default_factory=dict)
+
+
+def cache_directives(header: str | None) -> set[str]:
+    if not header:
+        return set()
+    return {part.strip().split("=", 1)[0].lower() for part in header.split(",") if part.strip()}
+
+
+def cacheable(policy: CachePolicy, request: GenerationRequest) -> bool:
+    """Deterministic enough to replay: low temperature, or a fixed seed where allowed."""
+    temperature = 1.0 if request.sampling.temperature is None else request.sampling.temperature
+    if temperature <= policy.max_temperature:
+        return True
+    return policy.cache_seeded and request.sampling.seed is not None
+
+
+class PromptCache:
+    def __init__(
+        self, storage: CacheStorage, config: CacheConfig, *, semantic_enabled: bool
+    ) -> None:
+        self.storage = storage
+        self.config = config
+        self.semantic_enabled = semantic_enabled
+        self.counters = CacheCounters()
+        self._down_until = 0.0
+
+    @property
+    def kind(self) -> str:
+        return self.storage.kind
+
+    def plan(
+        self,
+        principal: Principal,
+        requested_model: str,
+        request: GenerationRequest,
+        cache_control: str | None,
+    ) -> CachePlan | None:
+        """None: this request bypasses the cache entirely."""
+        policy = principal.policy.cache
+        directives = cache_directives(cache_control)
+        lookup, store = "no-cache" not in directives, "no-store" not in directives
+        if not policy.enabled or not cacheable(policy, request) or not (lookup or store):
+            self._count_bypass("policy" if policy.enabled else "disabled")
+            return None
+        ns = namespace(principal.tenant)
+        mark = fingerprint(ns, requested_model, request)
+        semantic = self.semantic_enabled and policy.semantic and bool(mark.text.strip())
+        return CachePlan(
+            CacheKeys(self.config.key_prefix, ns), policy, mark, lookup, store, semantic
+        )
+
+    def _count_bypass(self, reason: str) -> None:
+        self.counters.bypassed += 1
+        self.counters.by_reason[reason] = self.counters.by_reason.get(reason, 0) + 1
+
+    async def _guarded(self, what: str, work: Awaitable[T]) -> T:
+        """Run one store call under the cache timeout; failures become ``CacheUnavailable``."""
+        if time.monotonic() < self._down_until:
+            if asyncio.iscoroutine(work):
+                work.close()
+            raise CacheUnavailable("cache skipped after a recent failure")
+        try:
+            async with asyncio.timeout(self.config.timeout_s):
+                return await work
+        except (CacheUnavailable, TimeoutError) as exc:
+            self.counters.unavailable += 1
+            self._down_until = time.monotonic() + self.config.retry_after_s
+            log.warning("cache %s failed (%r): serving without the cache", what, exc)
+            raise CacheUnavailable(str(exc)) from exc
+
+    async def lookup(self, plan: CachePlan, embedding: EmbeddingOnce | None) -> Lookup:
+        try:
+            found = await self._lookup(plan, embedding)
+        except CacheUnavailable:
+            self._count_bypass("unavailable")
+            return Lookup("bypass")
+        if found.status == "exact":
+            self.counters.exact_hits += 1
+        elif found.status == "semantic":
+            self.counters.semantic_hits += 1
+        else:
+            self.counters.misses += 1
+        return found
+
+    async def _lookup(self, plan: CachePlan, embedding: EmbeddingOnce | None) -> Lookup:
+        raw = await self._guarded("get", self.storage.get(plan.keys, plan.fingerprint.exact))
+        response = _decode(raw)
+        if response is not None:
+            return Lookup("exact", response, 1.0)
+        if not plan.semantic or embedding is None:
+            return Lookup("miss")
+        vector = await embedding.get()
+        candidates = await self._guarded(
+            "search",
+            self.storage.candidates(plan.keys, plan.fingerprint.prefix, vector, CANDIDATES),
+        )
+        scored = sorted(((float(c.vector @ vector), c) for c in candidates), key=lambda x: -x[0])
+        for similarity, candidate in scored:
+            if similarity < plan.policy.semantic_threshold:
+                break
+            if reordered(candidate.text, plan.fingerprint.text):
+                continue
+            response = _decode(candidate.record)
+            if response is not None:
+                return Lookup("semantic", response, similarity)
+        return Lookup("miss")
+
+    async def store(
+        self, plan: CachePlan, response: CachedResponse, embedding: EmbeddingOnce | None
+    ) -> bool:
+        if not plan.store:
+            return False
+        semantic = None
+        if plan.semantic and embedding is not None:
+            vector = await embedding.get()
+            semantic = Semantic(plan.fingerprint.prefix, plan.fingerprint.text, vector)
+        work = self.storage.put(
+            plan.keys,
+            plan.fingerprint.exact,
+            response.encode(),
+            semantic,
+            plan.policy.ttl_s,
+            plan.policy.max_entries,
+        )
+        try:
+            await self._guarded("put", work)
+        except CacheUnavailable:
+            return False
+        self.counters.stored += 1
+        return True
+
+    def record_saving(self, saved_usd: float) -> None:
+        self.counters.saved_usd += saved_usd
+
+    async def flush(self, tenant: str) -> int:
+        return await self.storage.flush(self.keys(tenant))
+
+    async def usage(self, tenant: str) -> TenantUsage:
+        return await self.storage.usage(self.keys(tenant))
+
+    def keys(self, tenant: str) -> CacheKeys:
+        return CacheKeys(self.config.key_prefix, namespace(tenant))
+
+    async def aclose(self) -> None:
+        await self.storage.aclose()
+
+
+def _decode(raw: bytes | None) -> CachedResponse | None:
+    if raw is None:
+        return None
+    try:
+        return CachedResponse.decode(raw)
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        log.warning("unreadable cache record ignored")
+        return None

@@ -1,0 +1,95 @@
+"""``/admin/api/cache``: per-tenant entry count and memory; flush one tenant's cache."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.admin_auth import require_admin
+from gateway.cache.service import PromptCache
+from gateway.cache.storage import CacheUnavailable, TenantUsage
+from gateway.errors import ApiError, ServiceUnavailable
+from gateway.state import GatewayState, get_state
+
+
+class UnknownTenant(ApiError):
+    status = 404
+    type = "invalid_request_error"
+    code = "tenant_not_found"
+
+
+def _json(body: dict[str, Any]) -> Response:
+    return Response(orjson.dumps(body), media_type="application/json")
+
+
+def _cache(request: Request) -> tuple[GatewayState, PromptCache]:
+    state = get_state(request)
+    require_admin(request, state)
+    if state.cache is None:
+        raise ServiceUnavailable("the prompt cache is off for every tenant")
+    return state, state.cache
+
+
+def _tenant(state: GatewayState, request: Request) -> str:
+    tenant = str(request.path_params["tenant"])
+    if tenant not in state.config.tenants:
+        raise UnknownTenant(f"no tenant named {tenant!r}", param="tenant")
+    return tenant
+
+
+def _usage_body(usage: TenantUsage) -> dict[str, Any]:
+    return {
+        "entries": usage.entries,
+        "memory_bytes": usage.memory_bytes,
+        "index_bytes": usage.index_bytes,
+    }
+
+
+async def cache_usage(request: Request) -> Response:
+    state, cache = _cache(request)
+    tenants: dict[str, Any] = {}
+    try:
+        for name in state.config.tenants:
+            tenants[name] = _usage_body(await cache.usage(name))
+    except CacheUnavailable as exc:
+        raise ServiceUnavailable(f"the cache store is unavailable: {exc}") from exc
+    counters = cache.counters
+    return _json(
+        {
+            "storage": cache.kind,
+            "tenants": tenants,
+            "counters": {
+                "exact_hits": counters.exact_hits,
+                "semantic_hits": counters.semantic_hits,
+                "misses": counters.misses,
+                "bypassed": counters.bypassed,
+                "stored": counters.stored,
+                "unavailable": counters.unavailable,
+                "saved_usd": counters.saved_usd,
+                "bypass_reasons": counters.by_reason,
+            },
+        }
+    )
+
+
+async def tenant_usage(request: Request) -> Response:
+    state, cache = _cache(request)
+    tenant = _tenant(state, request)
+    try:
+        usage = await cache.usage(tenant)
+    except CacheUnavailable as exc:
+        raise ServiceUnavailable(f"the cache store is unavailable: {exc}") from exc
+    return _json({"tenant": tenant, **_usage_body(usage)})
+
+
+async def flush_tenant(request: Request) -> Response:
+    state, cache = _cache(request)
+    tenant = _tenant(state, request)
+    try:
+        removed = await cache.flush(tenant)
+    except CacheUnavailable as exc:
+        raise ServiceUnavailable(f"the cache store is unavailable: {exc}") from exc
+    return _json({"tenant": tenant, "removed": removed})

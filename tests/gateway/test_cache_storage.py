@@ -1,0 +1,154 @@
+"""One contract for every cache storage: memory, Redis 7 + stream index, Redis 8 vector sets.
+
+Vectors here are random unit vectors, so these tests need no model; the gateway tests
+use the real embedder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+
+from gateway.cache.keys import CacheKeys
+from gateway.cache.memory import MemoryStorage
+from gateway.cache.redisbase import cache_client
+from gateway.cache.storage import CacheStorage, Semantic, has_vector_sets
+from gateway.cache.streamindex import StreamIndexStorage
+from gateway.cache.vectorsets import VectorSetStorage
+from policies.store import RedisStore
+from tests.redis_servers import REDIS7_URL, RedisProcess, cache_prefix, delete_prefix
+
+KINDS = ["memory", "redis7-stream", "redis8-stream", "redis8-vectorset"]
+
+
+def unit(seed: int, dim: int = 384) -> np.ndarray:
+    vector = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
+    return vector / np.linalg.norm(vector)
+
+
+def near(vector: np.ndarray, seed: int, noise: float = 0.05) -> np.ndarray:
+    moved = vector + noise * unit(seed)
+    return (moved / np.linalg.norm(moved)).astype(np.float32)
+
+
+@pytest.fixture(params=KINDS)
+async def storage(
+    request: pytest.FixtureRequest, redis8: RedisProcess
+) -> AsyncIterator[tuple[CacheStorage, str]]:
+    root = cache_prefix()
+    url = REDIS7_URL if request.param.startswith("redis7") else redis8.url
+    built: CacheStorage
+    if request.param == "memory":
+        built = MemoryStorage()
+    elif request.param.endswith("stream"):
+        built = StreamIndexStorage(cache_client(url, 0.5), root=root, maxlen=10_000)
+    else:
+        built = VectorSetStorage(cache_client(url, 0.5))
+    await built.start(["acme", "globex"])
+    yield built, root
+    await built.aclose()
+    if request.param != "memory":
+        delete_prefix(url, root)
+
+
+async def test_capability_detection(redis8: RedisProcess) -> None:
+    seven, eight = RedisStore(REDIS7_URL), RedisStore(redis8.url)
+    try:
+        assert await has_vector_sets(seven) is False
+        assert await has_vector_sets(eight) is True
+    finally:
+        await seven.aclose()
+        await eight.aclose()
+
+
+async def test_exact_entries_are_per_tenant(storage: tuple[CacheStorage, str]) -> None:
+    store, root = storage
+    acme, globex = CacheKeys(root, "acme"), CacheKeys(root, "globex")
+    await store.put(acme, "d1", b"acme-answer", None, 60, 100)
+    assert await store.get(acme, "d1") == b"acme-answer"
+    assert await store.get(globex, "d1") is None
+    await store.put(globex, "d1", b"globex-answer", None, 60, 100)
+    assert await store.get(acme, "d1") == b"acme-answer"
+    assert await store.get(globex, "d1") == b"globex-answer"
+
+
+async def test_candidates_need_same_tenant_and_prefix(storage: tuple[CacheStorage, str]) -> None:
+    store, root = storage
+    acme, globex = CacheKeys(root, "acme"), CacheKeys(root, "globex")
+    vector = unit(1)
+    await store.put(acme, "d1", b"r1", Semantic("p1", "text one", vector), 60, 100)
+    await store.put(acme, "d2", b"r2", Semantic("p1", "text two", unit(2)), 60, 100)
+    found = await store.candidates(acme, "p1", near(vector, 3), 2)
+    assert found[0].digest == "d1"
+    assert found[0].record == b"r1" and found[0].text == "text one"
+    assert float(found[0].vector @ vector) == pytest.approx(1.0, abs=1e-5)
+    assert await store.candidates(acme, "p2", vector, 2) == []
+    assert await store.candidates(globex, "p1", vector, 2) == []
+
+
+async def test_oldest_entries_are_evicted_past_max(storage: tuple[CacheStorage, str]) -> None:
+    store, root = storage
+    keys = CacheKeys(root, "acme")
+    for i in range(5):
+        await store.put(keys, f"d{i}", f"r{i}".encode(), Semantic("p", f"t{i}", unit(i)), 60, 3)
+        await asyncio.sleep(0.002)  # distinct store times
+    assert await store.get(keys, "d0") is None and await store.get(keys, "d1") is None
+    assert await store.get(keys, "d4") == b"r4"
+    assert (await store.usage(keys)).entries == 3
+    assert await store.candidates(keys, "p", unit(0), 5) != []
+    assert "d0" not in {c.digest for c in await store.candidates(keys, "p", unit(0), 5)}
+
+
+async def test_entries_expire(storage: tuple[CacheStorage, str]) -> None:
+    store, root = storage
+    keys = CacheKeys(root, "acme")
+    await store.put(keys, "d1", b"r1", Semantic("p", "t", unit(1)), 0.05, 10)
+    await asyncio.sleep(0.12)
+    assert await store.get(keys, "d1") is None
+    assert await store.candidates(keys, "p", unit(1), 3) == []
+
+
+async def test_flush_and_usage(storage: tuple[CacheStorage, str]) -> None:
+    store, root = storage
+    acme, globex = CacheKeys(root, "acme"), CacheKeys(root, "globex")
+    for i in range(4):
+        await store.put(acme, f"d{i}", b"x" * 200, Semantic("p", "t", unit(i)), 60, 100)
+    await store.put(globex, "g", b"y", None, 60, 100)
+    usage = await store.usage(acme)
+    assert usage.entries == 4 and usage.memory_bytes > 4 * 200
+    assert await store.flush(acme) == 4
+    assert (await store.usage(acme)).entries == 0
+    assert await store.get(acme, "d0") is None
+    assert await store.candidates(acme, "p", unit(0), 3) == []
+    assert await store.get(globex, "g") == b"y"
+
+
+async def test_stream_index_syncs_replicas() -> None:
+    """Two replicas on Redis 7: B's index learns A's entries (and flushes) from the stream."""
+    root = cache_prefix()
+    a = StreamIndexStorage(cache_client(REDIS7_URL, 0.5), root=root, maxlen=10_000)
+    b = StreamIndexStorage(cache_client(REDIS7_URL, 0.5), root=root, maxlen=10_000)
+    keys = CacheKeys(root, "acme")
+    try:
+        await a.start(["acme"])
+        await a.put(keys, "before", b"r0", Semantic("p", "t0", unit(7)), 60, 100)
+        await b.start(["acme"])  # loads "before" from Redis
+        await a.put(keys, "after", b"r1", Semantic("p", "t1", unit(8)), 60, 100)
+        for _ in range(100):
+            if len(b.index) == 2:
+                break
+            await asyncio.sleep(0.02)
+        assert {c.digest for c in await b.candidates(keys, "p", unit(8), 2)} == {"before", "after"}
+        await a.flush(keys)
+        for _ in range(100):
+            if len(b.index) == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert len(b.index) == 0
+    finally:
+        await a.aclose()
+        await b.aclose()
+        delete_prefix(REDIS7_URL, root)
