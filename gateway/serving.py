@@ -141,7 +141,6 @@ class Execution:
         self._heartbeat: asyncio.Task[None] | None = None
         self._hit: CachedResponse | None = None
         self._recorder: Recorder | None = None
-        self._capped = False  # admission lowered max_tokens: the answer is not the request's
 
     async def open(self) -> None:
         """Admit, then get the first chunk, failing over along the tier chain while
@@ -209,7 +208,9 @@ class Execution:
                 self.outcome.ttft_s = time.perf_counter() - self.started
                 self._count(self._first)
                 return True
-        if plan.store and not self._capped:
+        # A budget downgrade answers on a cheaper tier than asked: not the request's answer.
+        downgraded = self.ticket is not None and self.ticket.downgraded
+        if plan.store and not downgraded:
             self._recorder = Recorder()
         return False
 
@@ -219,7 +220,6 @@ class Execution:
         generation = routed.generation
         cap = budgeting.enforce_cap(routed, ticket)
         if cap is not None:
-            self._capped = cap != generation.sampling.max_tokens
             generation = replace(generation, sampling=replace(generation.sampling, max_tokens=cap))
         if tier != routed.tier:
             trail = (*routed.decision.trail, f"budget: downgraded {routed.tier} -> {tier}")

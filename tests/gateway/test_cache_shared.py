@@ -114,11 +114,22 @@ def test_two_processes_share_exact_and_semantic_entries(two_gateways: tuple[str,
             assert other.headers["x-tiergate-cache"] == "miss"
 
 
+def _stall(port: int, seconds: float) -> None:
+    client = redis.Redis(port=port)
+    try:
+        client.execute_command("DEBUG", "SLEEP", str(seconds))
+    finally:
+        client.close()
+
+
 def test_redis_stopped_or_stalled_mid_run_never_fails_a_request() -> None:
     with redis8_process() as server:
         config = fake_config()
         config["redis_url"] = server.url
         config["cache"] = {"semantic": True, "timeout_s": 0.1, "retry_after_s": 0.3}
+        for tenant in config["tenants"].values():
+            # The budget ledger shares this Redis; let it fail open so only the cache is tested.
+            tenant.update(budget_fail_open=True, rate_limit_fail_open=True)
         with running_gateway(config) as gw:
             base = gw.base_url
             assert post(base, QUESTION).headers["x-tiergate-cache"] == "miss"
@@ -126,23 +137,19 @@ def test_redis_stopped_or_stalled_mid_run_never_fails_a_request() -> None:
 
             # Stalled: the server sleeps longer than the cache timeout.
             time.sleep(0.4)
-            stall = threading.Thread(
-                target=lambda: redis.Redis(port=server.port).execute_command(
-                    "DEBUG", "SLEEP", "1.5"
-                )
-            )
+            stall = threading.Thread(target=_stall, args=(server.port, 1.5))
             stall.start()
             time.sleep(0.1)
-            started = time.monotonic()
+            cache = gw.state.cache
+            assert cache is not None
+            before = cache.counters.unavailable
             slow = post(base, "A question while Redis stalls.")
             assert slow.status_code == 200 and slow.headers["x-tiergate-cache"] == "bypass"
-            assert time.monotonic() - started < 1.0
+            assert cache.counters.unavailable > before  # the cache call timed out
             stall.join()
 
             # Stopped.
             server.stop()
-            cache = gw.state.cache
-            assert cache is not None
             before = cache.counters.unavailable
             time.sleep(0.4)
             for content in (QUESTION, PARAPHRASE, "A brand new question."):
