@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 
@@ -25,8 +25,19 @@ from gateway.admin import routes as admin
 from gateway.cache.build import close_cache, open_cache
 from gateway.errors import ApiError
 from gateway.metrics import GatewayMetrics
-from gateway.routes import admin_budgets, admin_cache, chat, completions, health, metrics, models
+from gateway.reload import install_sighup, reload_endpoint, remove_sighup
+from gateway.routes import (
+    admin_budgets,
+    admin_cache,
+    chat,
+    completions,
+    explain,
+    health,
+    metrics,
+    models,
+)
 from gateway.state import GatewayState
+from routers.setup import RoutingModels
 from gateway.tracing import open_tracing, traced
 from policies.ledger import open_ledger
 from policies.schema import GatewayConfig, PoolSpec
@@ -62,8 +73,11 @@ async def build_state(
         for tier_name, tier in config.tiers.items()
     }
     ledger = open_ledger(store, config.redis_prefix)
-    cache, embedder = await open_cache(config, store)
-    return GatewayState(
+    notes: list[str] = []
+    routing = await _load_classifier(config, notes)
+    shared = routing.embedder if routing is not None else None
+    cache, embedder = await open_cache(config, store, shared)
+    state = GatewayState(
         config=config,
         keyring=KeyRing.from_config(config),
         store=store,
@@ -75,8 +89,11 @@ async def build_state(
         budgets=open_budget_store(config, ledger),
         limiter=open_rate_limiter(config, store),
         cache=cache,
-        embedder=embedder,
+        embedder=embedder or shared,  # one embedder: the cache and the classifier share it
+        classifier=routing.classifier if routing is not None else None,
+        notes=notes,
     )
+    return state
 
 
 def pool_settings(spec: PoolSpec) -> PoolSettings:
@@ -91,6 +108,28 @@ def pool_settings(spec: PoolSpec) -> PoolSettings:
         prefix_index_blocks=spec.prefix_index_blocks,
         rebuild_dead=spec.rebuild_dead,
     )
+
+
+async def _load_classifier(config: GatewayConfig, notes: list[str]) -> RoutingModels | None:
+    """The embedder and classifier for ``auto``; without them, ``auto`` means the tenant's
+    default tier, and the gateway says so loudly."""
+    spec = config.routing.classifier
+    if spec is None:
+        notes.append("no classifier configured: model 'auto' uses the tenant default tier")
+        return None
+    from routers.classifier import ModelFormatError
+    from routers.embedding import EmbedderUnavailable
+    from routers.setup import build_routing
+
+    try:
+        built = await asyncio.to_thread(build_routing, spec)
+    except (EmbedderUnavailable, ModelFormatError) as exc:
+        note = f"complexity classifier unavailable ({exc}): 'auto' uses the tenant default tier"
+        log.error("%s", note)
+        notes.append(note)
+        return None
+    log.info("complexity classifier ready (%s)", built.embedder.name)
+    return built
 
 
 async def close_state(state: GatewayState) -> None:
@@ -115,13 +154,22 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return error.response(dict(exc.headers or {}))
 
 
-def create_app(config: GatewayConfig, *, tracer_provider: TracerProvider | None = None) -> FastAPI:
-    """``tracer_provider``: trace into this provider instead of following ``OTEL_*`` (tests)."""
+def create_app(
+    config: GatewayConfig,
+    config_source: Callable[[], GatewayConfig] | None = None,
+    *,
+    tracer_provider: TracerProvider | None = None,
+) -> FastAPI:
+    """``config_source`` re-reads the config file: policies reload from it (SIGHUP, admin).
+    ``tracer_provider``: trace into this provider instead of following ``OTEL_*`` (tests)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state = await build_state(config, tracer_provider)
+        state.config_source = config_source
         app.state.tiergate = state
+        reloads: set[asyncio.Task[None]] = set()
+        hup = config_source is not None and install_sighup(state, reloads)
         state.ready = True
         # Long-lived startup objects leave the GC's young generations: shorter pauses later.
         gc.collect()
@@ -131,6 +179,8 @@ def create_app(config: GatewayConfig, *, tracer_provider: TracerProvider | None 
             yield
         finally:
             state.ready = False
+            if hup:
+                remove_sighup()
             await close_state(state)
 
     app = FastAPI(title="tiergate", lifespan=lifespan, docs_url=None, redoc_url=None)
@@ -147,6 +197,8 @@ def create_app(config: GatewayConfig, *, tracer_provider: TracerProvider | None 
     app.add_route("/admin/api/cache", admin_cache.cache_usage, methods=["GET"])
     app.add_route("/admin/api/cache/{tenant}", admin_cache.tenant_usage, methods=["GET"])
     app.add_route("/admin/api/cache/{tenant}", admin_cache.flush_tenant, methods=["DELETE"])
+    app.add_route("/v1/route", explain.explain_route, methods=["POST"])
+    app.add_route("/admin/api/policies/reload", reload_endpoint, methods=["POST"])
     app.add_route("/healthz", health.healthz, methods=["GET"])
     app.add_route("/readyz", health.readyz, methods=["GET"])
     app.add_route("/metrics", metrics.metrics, methods=["GET"])

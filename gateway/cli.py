@@ -44,7 +44,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
-    app = create_app(config)
+    app = create_app(config, lambda: load_effective_config(args.config))
     logging.getLogger("gateway").info("config loaded in %.2fs", time.perf_counter() - started)
     uvicorn.run(
         app,
@@ -99,6 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="validate YAML config files")
     check.add_argument("files", nargs="+", type=Path)
     check.set_defaults(func=cmd_check_config)
+
+    from gateway.cli_routing import add_commands
+
+    add_commands(sub)
     return parser
 
 

@@ -8,6 +8,7 @@ Endpoints turn chunks into wire bodies; nothing here knows JSON.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -22,6 +23,7 @@ from gateway.cache.service import CachePlan
 from gateway.errors import (
     ApiError,
     GatewayTimeout,
+    InvalidRequest,
     ModelNotFound,
     PermissionDenied,
     from_engine_error,
@@ -30,8 +32,20 @@ from gateway.state import GatewayState
 from gateway.tracing import GENERATION, SETTLEMENT, current_trace
 from policies.savings import routing_saving
 from policies.tenants import Principal
-from routers.decision import TierDecision, TierNotAllowed, UnknownModel, decide
+from routers.batching import BatcherClosed, EmbeddingFailed
+from routers.classifier import ComplexityScore
+from routers.decision import (
+    TierDecision,
+    TierNotAllowed,
+    UnknownModel,
+    UnknownTier,
+    decide,
+    downgrade_to_fit,
+)
 from routers.embedding import EmbeddingOnce, last_user_text
+from routers.features import prompt_messages
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +60,7 @@ class RoutedRequest:
     include_usage: bool
     cache: CachePlan | None = None
     embedding: EmbeddingOnce | None = None  # one per request: cache and classifier share it
+    complexity: ComplexityScore | None = None
 
     @property
     def tier(self) -> str:
@@ -75,7 +90,20 @@ def new_request_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
-def route(
+async def _complexity(
+    state: GatewayState, embedding: EmbeddingOnce | None, build: GenerationRequest
+) -> tuple[ComplexityScore | None, str | None]:
+    if state.classifier is None or embedding is None:
+        return None, "no classifier loaded"
+    messages = build.messages or prompt_messages(build.prompt or "")
+    try:
+        return await state.classifier.classify(messages, embedding), None
+    except (EmbeddingFailed, BatcherClosed) as exc:
+        log.warning("classification failed, using the default tier: %s", exc)
+        return None, f"classification failed: {exc}"
+
+
+async def route(
     state: GatewayState,
     principal: Principal,
     requested_model: str,
@@ -84,20 +112,41 @@ def route(
     stream: bool,
     include_usage: bool,
     cache_control: str | None = None,
+    forced_tier: str | None = None,
 ) -> RoutedRequest:
+    """The tier for this request; ``auto`` awaits the classifier (off the event loop)."""
+    embedding = None
+    if state.embedder is not None:
+        text = last_user_text(build.messages) if build.messages else (build.prompt or "")
+        embedding = EmbeddingOnce(state.embedder, text)
+    complexity, note = None, None
+    if requested_model == "auto" and forced_tier is None:
+        complexity, note = await _complexity(state, embedding, build)
+    config = state.config
     try:
-        decision = decide(state.config, principal.policy, requested_model)
+        decision = decide(
+            config,
+            principal.policy,
+            requested_model,
+            None if complexity is None else complexity.score,
+            forced_tier,
+        )
     except UnknownModel:
         raise ModelNotFound(
             f"The model `{requested_model}` does not exist or you do not have access to it.",
             param="model",
         ) from None
+    except UnknownTier:
+        raise InvalidRequest(
+            f"x-tiergate-tier names no tier ({', '.join(config.tiers)})", param="x-tiergate-tier"
+        ) from None
     except TierNotAllowed as exc:
         raise PermissionDenied(str(exc), param="model") from None
-    embedding = None
-    if state.embedder is not None:
-        text = last_user_text(build.messages) if build.messages is not None else build.prompt
-        embedding = EmbeddingOnce(state.embedder, text or "")
+    if note is not None and requested_model == "auto":
+        decision = replace(decision, trail=(note, *decision.trail))
+    decision = await downgrade_to_fit(
+        decision, config, principal.policy, principal.tenant, state.tier_fits
+    )
     plan = None
     if state.cache is not None:
         plan = state.cache.plan(principal, requested_model, build, cache_control)
@@ -112,6 +161,7 @@ def route(
         include_usage=include_usage,
         cache=plan,
         embedding=embedding,
+        complexity=complexity,
     )
 
 
@@ -367,6 +417,8 @@ class Execution:
         }
         if self.outcome.similarity is not None and self.outcome.cache == "semantic":
             headers["x-tiergate-cache-similarity"] = f"{self.outcome.similarity:.4f}"
+        if self.routed.decision.score is not None:
+            headers["x-tiergate-complexity"] = f"{self.routed.decision.score:.4f}"
         if self.outcome.failover_from is not None:
             headers["x-tiergate-failover"] = f"{self.outcome.failover_from}->{self.outcome.tier}"
         if self.ticket is not None:

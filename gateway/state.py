@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from starlette.requests import Request
@@ -17,6 +18,8 @@ from policies.ratelimit import RateLimiter
 from policies.schema import GatewayConfig
 from policies.store import Store
 from policies.tenants import KeyRing
+from routers.classifier import Classifier
+from routers.decision import TierFits
 from routers.embedding import Embedder
 
 
@@ -33,11 +36,15 @@ class GatewayState:
     budgets: BudgetStore
     limiter: RateLimiter
     cache: PromptCache | None = None
-    embedder: Embedder | None = None
+    embedder: Embedder | None = None  # shared by the classifier and the semantic cache
     ready: bool = False
     # Settlements run as their own tasks so a cancelled request still settles; the
     # lifespan waits for them before closing the store.
     background: set[asyncio.Task[None]] = field(default_factory=set)
+    notes: list[str] = field(default_factory=list)
+    classifier: Classifier | None = None  # None: ``auto`` goes to the tenant's default tier
+    tier_fits: TierFits | None = None  # budget-aware downgrade hook
+    config_source: Callable[[], GatewayConfig] | None = None  # re-read on policy reload
 
 
 def get_state(request: Request) -> GatewayState:

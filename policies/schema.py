@@ -150,11 +150,27 @@ class CacheConfig(Frozen):
     stream_maxlen: int = Field(100_000, ge=1000)
     # Every cache key starts with this (tests and side-by-side deployments use their own).
     key_prefix: str = Field("tg:cache", pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    min_tier: str | None = None  # ``auto`` never routes below this tier
+    max_tier: str | None = None  # ... nor above this one
+    allow_tier_header: bool = False  # may force a tier with ``x-tiergate-tier``
+
+
+class ClassifierConfig(Frozen):
+    """The complexity classifier behind ``model: auto`` (absent: the tenant's default tier)."""
+
+    model: str | None = None  # a .npz from ``tiergate train-classifier``; None: the shipped one
+    embedder: Literal["onnx", "sentence-transformers"] = "onnx"
+    quantize: bool = True  # int8 weights (ONNX only)
+    max_tokens: int = Field(128, ge=8, le=512)  # of the last user message
+    max_batch: int = Field(32, ge=1, le=1024)
+    max_wait_ms: float = Field(2.0, ge=0, le=1000)
+    threads: int | None = Field(None, ge=1, le=256)
 
 
 class RoutingConfig(Frozen):
     thresholds: tuple[float, float] = (0.3, 0.7)
     default_tier: str = "small"
+    classifier: ClassifierConfig | None = None
 
     @model_validator(mode="after")
     def _ordered(self) -> RoutingConfig:
@@ -244,9 +260,17 @@ class GatewayConfig(Frozen):
         if self.routing.default_tier not in self.tiers:
             problems.append(f"routing.default_tier {self.routing.default_tier!r} is not a tier")
         for tenant_name, tenant in self.tenants.items():
-            for tier_name in (tenant.default_tier, *(tenant.allowed_tiers or ())):
+            named = (tenant.default_tier, tenant.min_tier, tenant.max_tier, *(tenant.allowed_tiers or ()))
+            for tier_name in (t for t in named if t is not None):
                 if tier_name not in self.tiers:
                     problems.append(f"tenant {tenant_name!r} names unknown tier {tier_name!r}")
+            order = list(self.tiers)
+            if (
+                tenant.min_tier in self.tiers
+                and tenant.max_tier in self.tiers
+                and order.index(tenant.min_tier) > order.index(tenant.max_tier)
+            ):
+                problems.append(f"tenant {tenant_name!r}: min_tier is above max_tier")
         for spec in self.engines.values():
             if spec.model not in self.prices:
                 problems.append(f"model {spec.model!r} has no entry in prices")

@@ -1,17 +1,32 @@
 """From the requested ``model`` (and, for ``auto``, a complexity score) to a tier.
 
 One place turns numbers into decisions; every step it takes is written to the
-trail that ``POST /v1/route`` shows.
+trail that ``POST /v1/route`` shows. The order, for ``auto``:
+
+1. score → tier by the policy's thresholds (no score: the tenant's default tier);
+2. a tier forced by the ``x-tiergate-tier`` header, when the tenant may;
+3. the tenant's ``min_tier`` / ``max_tier``;
+4. the tenant's ``allowed_tiers`` (the nearest allowed tier at or below);
+5. budget-aware downgrade (``downgrade_to_fit``, async, through the ``TierFits`` hook).
+
+A tier or model named explicitly is never moved: if the tenant may not use it, that
+is an error.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 from policies.schema import GatewayConfig, TenantSpec
 
 
 class UnknownModel(LookupError):
+    pass
+
+
+class UnknownTier(LookupError):
     pass
 
 
@@ -25,9 +40,17 @@ class TierDecision:
     pinned_model: str | None
     score: float | None
     trail: tuple[str, ...]
+    movable: bool = False  # ``auto`` without a forced tier: later rules may still move it
 
 
-def tier_for_score(score: float, tiers: list[str], thresholds: tuple[float, float]) -> str:
+class TierFits(Protocol):
+    """Budget-aware downgrade hook (filled by the budgets module): may ``tenant`` send
+    this request to ``tier`` now? Called from the chosen tier downwards."""
+
+    async def __call__(self, tenant: str, tier: str) -> bool: ...
+
+
+def tier_for_score(score: float, tiers: Sequence[str], thresholds: tuple[float, float]) -> str:
     """Tiers in file order, cheapest first: below ``low`` the first, from ``high`` the last."""
     low, high = thresholds
     if score < low:
@@ -37,36 +60,100 @@ def tier_for_score(score: float, tiers: list[str], thresholds: tuple[float, floa
     return tiers[min(1, len(tiers) - 1)]
 
 
+def permitted_tiers(config: GatewayConfig, policy: TenantSpec) -> list[str]:
+    """The tiers this tenant may use, cheapest first."""
+    order = list(config.tiers)
+    low = order.index(policy.min_tier) if policy.min_tier is not None else 0
+    high = order.index(policy.max_tier) if policy.max_tier is not None else len(order) - 1
+    allowed = policy.allowed_tiers
+    return [t for t in order[low : high + 1] if allowed is None or t in allowed]
+
+
+def _check_explicit(tier: str, permitted: list[str], how: str) -> None:
+    if tier not in permitted:
+        raise TierNotAllowed(f"tier {tier!r} ({how}) is not allowed for this tenant")
+
+
+def _within_policy(tier: str, config: GatewayConfig, policy: TenantSpec, trail: list[str]) -> str:
+    order = list(config.tiers)
+    if policy.min_tier is not None and order.index(tier) < order.index(policy.min_tier):
+        tier = policy.min_tier
+        trail.append(f"tenant min_tier: {tier}")
+    if policy.max_tier is not None and order.index(tier) > order.index(policy.max_tier):
+        tier = policy.max_tier
+        trail.append(f"tenant max_tier: {tier}")
+    permitted = permitted_tiers(config, policy)
+    if tier not in permitted:
+        below = [t for t in permitted if order.index(t) <= order.index(tier)]
+        if below:
+            tier = below[-1]
+        elif permitted:
+            tier = permitted[0]
+        else:
+            raise TierNotAllowed("no tier is allowed for this tenant")
+        trail.append(f"tenant allowed_tiers: {tier}")
+    return tier
+
+
 def decide(
     config: GatewayConfig,
     policy: TenantSpec,
     requested_model: str,
     score: float | None = None,
+    forced_tier: str | None = None,
 ) -> TierDecision:
     trail: list[str] = []
-    pinned: str | None = None
-    if requested_model == "auto":
-        if score is None:
-            tier = policy.default_tier
-            trail.append(f"auto without a score: tenant default tier {tier}")
-        else:
-            tier = tier_for_score(score, list(config.tiers), config.routing.thresholds)
-            trail.append(f"score {score:.3f} with thresholds {config.routing.thresholds}: {tier}")
-    elif requested_model in config.tiers:
-        tier = requested_model
-        trail.append(f"tier {tier} requested by name")
-    else:
+    permitted = permitted_tiers(config, policy)
+    if requested_model != "auto":
+        if forced_tier is not None:
+            trail.append("x-tiergate-tier ignored: a model was named")
+        if requested_model in config.tiers:
+            _check_explicit(requested_model, permitted, "requested by name")
+            trail.append(f"tier {requested_model} requested by name")
+            return TierDecision(requested_model, None, score, tuple(trail))
         found = config.tier_of_model(requested_model)
         if found is None:
             raise UnknownModel(requested_model)
-        tier, pinned = found, requested_model
-        trail.append(f"model {requested_model} is served by tier {tier}")
-    allowed = policy.allowed_tiers
-    if allowed is not None and tier not in allowed:
-        if requested_model != "auto":
-            raise TierNotAllowed(f"tier {tier!r} is not allowed for this tenant")
-        order = list(config.tiers)
-        below = [t for t in order[: order.index(tier) + 1] if t in allowed]
-        tier = below[-1] if below else allowed[0]
-        trail.append(f"tenant may not use that tier: {tier}")
-    return TierDecision(tier=tier, pinned_model=pinned, score=score, trail=tuple(trail))
+        _check_explicit(found, permitted, f"serves {requested_model}")
+        trail.append(f"model {requested_model} is served by tier {found}")
+        return TierDecision(found, requested_model, score, tuple(trail))
+    if score is None:
+        tier = policy.default_tier
+        trail.append(f"auto without a score: tenant default tier {tier}")
+    else:
+        tier = tier_for_score(score, list(config.tiers), config.routing.thresholds)
+        trail.append(f"score {score:.3f} with thresholds {config.routing.thresholds}: {tier}")
+    if forced_tier is not None:
+        if forced_tier not in config.tiers:
+            raise UnknownTier(forced_tier)
+        if not policy.allow_tier_header:
+            raise TierNotAllowed("this tenant may not force a tier with x-tiergate-tier")
+        _check_explicit(forced_tier, permitted, "forced by header")
+        trail.append(f"x-tiergate-tier forces {forced_tier}")
+        return TierDecision(forced_tier, None, score, tuple(trail))
+    tier = _within_policy(tier, config, policy, trail)
+    return TierDecision(tier, None, score, tuple(trail), movable=True)
+
+
+async def downgrade_to_fit(
+    decision: TierDecision,
+    config: GatewayConfig,
+    policy: TenantSpec,
+    tenant: str,
+    fits: TierFits | None,
+) -> TierDecision:
+    """Step an ``auto`` decision down to the first permitted tier that fits the budget."""
+    if fits is None or not decision.movable:
+        return decision
+    order = list(config.tiers)
+    permitted = permitted_tiers(config, policy)
+    candidates = [t for t in reversed(permitted) if order.index(t) <= order.index(decision.tier)]
+    trail = list(decision.trail)
+    for tier in candidates:
+        if await fits(tenant, tier):
+            if tier != decision.tier:
+                trail.append(f"budget: {decision.tier} does not fit, downgraded to {tier}")
+            return replace(decision, tier=tier, trail=tuple(trail))
+        trail.append(f"budget: {tier} does not fit")
+    trail.append("budget: no tier fits; keeping the cheapest")
+    return replace(decision, tier=candidates[-1] if candidates else decision.tier, trail=tuple(trail))

@@ -13,7 +13,13 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from policies.schema import ClassifierConfig
+
 Vector = npt.NDArray[np.float32]
+
+
+class EmbedderUnavailable(RuntimeError):
+    """The model or a package the embedder needs is missing."""
 
 
 class Embedder(Protocol):
@@ -35,15 +41,25 @@ def minilm_path() -> str:
 
 
 class SentenceTransformerEmbedder:
-    """all-MiniLM-L6-v2 through sentence-transformers, one worker thread."""
+    """all-MiniLM-L6-v2 through sentence-transformers (torch), micro-batched in one thread."""
 
     dim = 384
 
-    def __init__(self, model_path: str | None = None, max_seq_length: int = 256) -> None:
+    def __init__(
+        self,
+        model_path: str | None = None,
+        max_seq_length: int = 256,
+        max_batch: int = 32,
+        max_wait_ms: float = 2.0,
+    ) -> None:
         from sentence_transformers import SentenceTransformer
 
+        from routers.batching import MicroBatcher
+
+        self.name = f"all-minilm-l6-v2/torch/{max_seq_length}"
         self._model: Any = SentenceTransformer(model_path or minilm_path(), device="cpu")
         self._model.max_seq_length = max_seq_length
+        self._batcher = MicroBatcher(self.embed_sync, max_batch, max_wait_ms)
 
     def embed_sync(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         vectors = self._model.encode(
@@ -52,10 +68,10 @@ class SentenceTransformerEmbedder:
         return np.asarray(vectors, dtype=np.float32)
 
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        return await asyncio.to_thread(self.embed_sync, texts)
+        return await self._batcher.submit(texts)
 
     async def aclose(self) -> None:
-        return None
+        await asyncio.to_thread(self._batcher.close)
 
 
 def last_user_text(messages: Sequence[Any]) -> str:
@@ -82,3 +98,33 @@ class EmbeddingOnce:
         if self._vector is None:
             self._vector = (await self.embedder.embed([self.text]))[0]
         return self._vector
+
+
+class SyncEmbedder(Embedder, Protocol):
+    name: str
+
+    def embed_sync(self, texts: Sequence[str]) -> npt.NDArray[np.float32]: ...
+
+
+def build_embedder(config: ClassifierConfig) -> SyncEmbedder:
+    """The configured embedder; heavy imports happen here, not at import time.
+
+    Raises ``EmbedderUnavailable`` when its packages or model files are missing."""
+    try:
+        if config.embedder == "onnx":
+            from routers.onnx_embedder import OnnxEmbedder
+
+            return OnnxEmbedder(
+                max_tokens=config.max_tokens,
+                quantize=config.quantize,
+                threads=config.threads,
+                max_batch=config.max_batch,
+                max_wait_ms=config.max_wait_ms,
+            )
+        return SentenceTransformerEmbedder(
+            max_seq_length=config.max_tokens,
+            max_batch=config.max_batch,
+            max_wait_ms=config.max_wait_ms,
+        )
+    except (ImportError, OSError) as exc:
+        raise EmbedderUnavailable(f"{config.embedder} embedder: {exc}") from exc

@@ -16,13 +16,14 @@ log = logging.getLogger(__name__)
 
 
 async def open_cache(
-    config: GatewayConfig, store: Store
+    config: GatewayConfig, store: Store, shared: Embedder | None = None
 ) -> tuple[PromptCache | None, Embedder | None]:
+    """``shared``: the classifier's embedder, reused so a request is embedded once."""
     if not any(tenant.cache.enabled for tenant in config.tenants.values()):
         return None, None
     embedder: Embedder | None = None
     if config.cache.semantic:
-        embedder = await _embedder(config.cache.embedder_model)
+        embedder = shared or await _embedder(config.cache.embedder_model)
     storage = await open_cache_storage(store, config.cache)
     await storage.start(sorted({namespace(name) for name in config.tenants}))
     log.info(

@@ -40,7 +40,7 @@ async def chat_completions(request: Request) -> Response:
     principal = authenticate(request, state)
     raw = await read_body(request, state.config.server.max_body_bytes)
     body = parse_body(wire.ChatCompletionRequest, raw)
-    routed = route(
+    routed = await route(
         state,
         principal,
         body.model,
@@ -48,6 +48,7 @@ async def chat_completions(request: Request) -> Response:
         stream=body.stream,
         include_usage=body.include_usage,
         cache_control=request.headers.get("cache-control"),
+        forced_tier=request.headers.get("x-tiergate-tier"),
     )
     return await respond(request, Execution(state, routed), _whole, _streamed)
 

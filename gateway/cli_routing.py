@@ -1,0 +1,183 @@
+"""``tiergate classify``, ``train-classifier`` and ``eval-classifier``: batch tools, no server.
+
+Heavy imports (onnxruntime, sklearn) happen inside the commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from policies.loader import ConfigError
+from policies.schema import ClassifierConfig, GatewayConfig
+
+BATCH = 512
+
+
+def _config(path: Path | None) -> GatewayConfig:
+    from gateway.cli import load_effective_config
+
+    return load_effective_config(path)
+
+
+def _spec(config: GatewayConfig, model: Path | None) -> ClassifierConfig:
+    spec = config.routing.classifier or ClassifierConfig()
+    return spec.model_copy(update={"model": str(model)}) if model is not None else spec
+
+
+def _records(
+    stream: IO[bytes], errors: list[str]
+) -> Iterator[tuple[Any, list[Mapping[str, Any]]]]:
+    from routers.features import prompt_messages
+
+    for number, line in enumerate(stream, 1):
+        if not line.strip():
+            continue
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            errors.append(f"line {number}: invalid JSON: {exc}")
+            continue
+        if not isinstance(record, dict) or "id" not in record:
+            errors.append(f"line {number}: needs an object with 'id'")
+            continue
+        messages = record.get("messages")
+        if isinstance(messages, list) and messages and all(isinstance(m, dict) for m in messages):
+            yield record["id"], messages
+        elif isinstance(record.get("prompt"), str):
+            yield record["id"], prompt_messages(record["prompt"])
+        else:
+            errors.append(f"line {number}: needs 'prompt' (string) or 'messages' (list)")
+
+
+def cmd_classify(args: argparse.Namespace) -> int:
+    from routers.decision import tier_for_score
+    from routers.offline import score_conversations
+    from routers.setup import build_routing
+
+    try:
+        config = _config(args.config)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    built = build_routing(_spec(config, args.model))
+    tiers = list(config.tiers)
+    errors: list[str] = []
+    source = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")  # noqa: SIM115
+    target = sys.stdout.buffer if args.output == "-" else open(args.output, "wb")  # noqa: SIM115
+    try:
+        batch: list[tuple[Any, list[Mapping[str, Any]]]] = []
+
+        def flush() -> None:
+            scores = score_conversations(built.classifier, built.embedder, [m for _, m in batch])
+            for (ident, _), score in zip(batch, scores, strict=True):
+                tier = tier_for_score(score.score, tiers, config.routing.thresholds)
+                line = {"id": ident, "score": round(score.score, 6), "tier": tier}
+                target.write(orjson.dumps(line) + b"\n")
+            batch.clear()
+
+        for item in _records(source, errors):
+            batch.append(item)
+            if len(batch) >= BATCH:
+                flush()
+        if batch:
+            flush()
+        target.flush()
+    finally:
+        if source is not sys.stdin.buffer:
+            source.close()
+        if target is not sys.stdout.buffer:
+            target.close()
+    for error in errors:
+        print(error, file=sys.stderr)
+    return 1 if errors else 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from routers import datasets
+    from routers.embedding import build_embedder
+    from routers.offline import embed_texts
+    from routers.training import TrainOptions, fit
+
+    spec = _spec(_config(args.config), None)
+    try:
+        examples = datasets.load_operator(args.data) if args.data else []
+    except datasets.DataError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if args.data is None or args.with_shared:
+        examples += datasets.shared_splits().train
+    if args.limit:
+        examples = examples[: args.limit]
+    embedder = build_embedder(spec)
+    started = time.perf_counter()
+    texts = [e.text for e in examples]
+    vectors = embed_texts(embedder, texts, lambda n: _progress("embedded", n, len(texts)))
+    print(f"\nembedded {len(texts)} texts in {time.perf_counter() - started:.0f}s", file=sys.stderr)
+    options = TrainOptions(seed=args.seed, c=args.c, length_prior=args.length_prior)
+    info = {"data": str(args.data) if args.data else "data/routing (train split)"}
+    model = fit(examples, vectors, embedder.name, options, info)
+    model.save(args.out)
+    print(f"wrote {args.out}: heads {', '.join(model.heads)}, {len(examples)} examples")
+    return 0
+
+
+def _progress(what: str, done: int, total: int) -> None:
+    print(f"\r{what} {done}/{total}", end="", file=sys.stderr, flush=True)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from routers import datasets
+    from routers.offline import evaluate, evaluation_sets, format_table, score_conversations
+    from routers.setup import build_routing
+
+    built = build_routing(_spec(_config(args.config), args.model))
+    if args.data is not None:
+        try:
+            operator = datasets.load_operator(args.data)
+        except datasets.DataError as exc:
+            print(exc, file=sys.stderr)
+            return 2
+        rows = [e for e in operator if e.weak is not None and e.strong is not None]
+        sets = {args.data.name: rows}
+    else:
+        sets = evaluation_sets(datasets.shared_splits())
+    scores = {
+        name: [s.score for s in score_conversations(built.classifier, built.embedder, [e.messages for e in examples])]
+        for name, examples in sets.items()
+    }
+    print(format_table(evaluate(sets, scores, seed=args.seed)))
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    classify = sub.add_parser("classify", help="score prompts: JSONL in, JSONL out")
+    classify.add_argument("input", nargs="?", default="-", help='JSONL of {"id","prompt"|"messages"}')
+    classify.add_argument("-o", "--output", default="-", help='JSONL of {"id","score","tier"}')
+    classify.add_argument("--config", type=Path, default=None, help="thresholds and tiers from")
+    classify.add_argument("--model", type=Path, default=None, help="a trained .npz")
+    classify.set_defaults(func=cmd_classify)
+
+    train = sub.add_parser("train-classifier", help="train the complexity classifier")
+    train.add_argument("--data", type=Path, default=None, help="your labelled CSV/JSONL")
+    train.add_argument("--with-shared", action="store_true", help="add the shipped data")
+    train.add_argument("--out", type=Path, default=Path("complexity.npz"))
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--c", type=float, default=0.05, help="inverse L2 strength")
+    train.add_argument("--length-prior", type=float, default=1.0)
+    train.add_argument("--limit", type=int, default=0, help="first N examples only")
+    train.add_argument("--config", type=Path, default=None, help="embedder settings from")
+    train.set_defaults(func=cmd_train)
+
+    evaluate = sub.add_parser("eval-classifier", help="APGR/CPT vs length and random routers")
+    evaluate.add_argument("--model", type=Path, default=None, help="a trained .npz")
+    evaluate.add_argument("--data", type=Path, default=None, help="labelled file with small_correct/large_correct")
+    evaluate.add_argument("--seed", type=int, default=0)
+    evaluate.add_argument("--config", type=Path, default=None)
+    evaluate.set_defaults(func=cmd_eval)

@@ -1,0 +1,67 @@
+"""``POST /v1/route``: the routing decision for a request, without calling a model.
+
+The body is a chat request (``messages``) or a text completion request (``prompt``);
+``model`` defaults to ``auto``. The answer shows the complexity score, the text
+features, the chosen tier and every rule that moved it.
+"""
+
+from __future__ import annotations
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.errors import InvalidRequest
+from gateway.http import authenticate, read_body
+from gateway.routes import chat, completions
+from gateway.serving import route
+from gateway.state import get_state
+from gateway.wire import chat as chat_wire
+from gateway.wire import completions as completions_wire
+from gateway.wire.common import parse_body
+
+
+async def explain_route(request: Request) -> Response:
+    state = get_state(request)
+    principal = authenticate(request, state)
+    raw = await read_body(request, state.config.server.max_body_bytes)
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"the body is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InvalidRequest("the body must be a JSON object")
+    data.setdefault("model", "auto")
+    body = orjson.dumps(data)
+    if "messages" in data:
+        build = chat.to_generation(parse_body(chat_wire.ChatCompletionRequest, body))
+    elif "prompt" in data:
+        build = completions.to_generation(parse_body(completions_wire.CompletionRequest, body))
+    else:
+        raise InvalidRequest("give 'messages' (chat) or 'prompt' (completions)", param="messages")
+    routed = await route(
+        state,
+        principal,
+        data["model"],
+        build,
+        stream=False,
+        include_usage=False,
+        forced_tier=request.headers.get("x-tiergate-tier"),
+    )
+    tier = state.config.tiers[routed.tier]
+    complexity = routed.complexity
+    answer = {
+        "object": "tiergate.route",
+        "requested_model": routed.requested_model,
+        "tier": routed.tier,
+        "model": routed.decision.pinned_model or state.config.engines[tier.engines[0]].model,
+        "score": None if complexity is None else complexity.score,
+        "p_large": None if complexity is None else complexity.p_large,
+        "thresholds": list(state.config.routing.thresholds),
+        "features": None if complexity is None else dict(complexity.features),
+        "trail": list(routed.decision.trail),
+    }
+    headers = {"x-tiergate-tier": routed.tier}
+    if complexity is not None:
+        headers["x-tiergate-complexity"] = f"{complexity.score:.4f}"
+    return Response(orjson.dumps(answer), media_type="application/json", headers=headers)

@@ -1,0 +1,137 @@
+"""Micro-batching: concurrent callers' texts go to one worker thread in batches.
+
+A batch closes when it holds ``max_batch`` texts or ``max_wait_ms`` after its first
+text arrived, whichever is first. The model runs in the worker thread, never on the
+event loop; each caller awaits its own future, resolved on its own loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+EmbedBatch = Callable[[Sequence[str]], npt.NDArray[np.float32]]
+
+
+class BatcherClosed(RuntimeError):
+    pass
+
+
+class EmbeddingFailed(RuntimeError):
+    """The model raised while embedding a batch; every caller in it gets this."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    texts: tuple[str, ...]
+    future: asyncio.Future[npt.NDArray[np.float32]]
+    loop: asyncio.AbstractEventLoop
+
+
+_STOP = object()
+
+
+def _resolve(job: _Job, result: npt.NDArray[np.float32] | BaseException) -> None:
+    if job.future.done():  # the caller was cancelled meanwhile
+        return
+    if isinstance(result, BaseException):
+        job.future.set_exception(result)
+    else:
+        job.future.set_result(result)
+
+
+def _send(job: _Job, result: npt.NDArray[np.float32] | BaseException) -> None:
+    try:
+        job.loop.call_soon_threadsafe(_resolve, job, result)
+    except RuntimeError:  # that caller's loop is closed: nobody waits any more
+        return
+
+
+class MicroBatcher:
+    """One daemon thread running ``embed_batch`` over batches of queued texts."""
+
+    def __init__(
+        self, embed_batch: EmbedBatch, max_batch: int = 32, max_wait_ms: float = 2.0
+    ) -> None:
+        if max_batch < 1 or max_wait_ms < 0:
+            raise ValueError("max_batch must be >= 1 and max_wait_ms >= 0")
+        self._embed_batch = embed_batch
+        self.max_batch = max_batch
+        self.max_wait_s = max_wait_ms / 1000.0
+        self._queue: queue.SimpleQueue[_Job | object] = queue.SimpleQueue()
+        self._closed = False
+        self.batches = 0  # counted by the worker: how many model calls ran
+        self.texts = 0
+        self._thread = threading.Thread(target=self._run, name="tiergate-embed", daemon=True)
+        self._thread.start()
+
+    async def submit(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        if self._closed:
+            raise BatcherClosed("the embedder is closed")
+        loop = asyncio.get_running_loop()
+        job = _Job(tuple(texts), loop.create_future(), loop)
+        self._queue.put(job)
+        return await job.future
+
+    def _collect(self, first: _Job) -> tuple[list[_Job], bool]:
+        jobs, size = [first], len(first.texts)
+        deadline = time.monotonic() + self.max_wait_s
+        while size < self.max_batch:
+            remaining = deadline - time.monotonic()
+            try:
+                item = self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is _STOP:
+                return jobs, True
+            assert isinstance(item, _Job)
+            jobs.append(item)
+            size += len(item.texts)
+        return jobs, False
+
+    def _run(self) -> None:
+        stop = False
+        while not stop:
+            item = self._queue.get()
+            if item is _STOP:
+                break
+            assert isinstance(item, _Job)
+            jobs, stop = self._collect(item)
+            texts = [t for job in jobs for t in job.texts]
+            try:
+                vectors: npt.NDArray[np.float32] | BaseException = self._embed_batch(texts)
+            except (RuntimeError, ValueError, MemoryError, OSError) as exc:
+                vectors = EmbeddingFailed(f"{type(exc).__name__}: {exc}")
+            self.batches += 1
+            self.texts += len(texts)
+            start = 0
+            for job in jobs:
+                end = start + len(job.texts)
+                result = vectors if isinstance(vectors, BaseException) else vectors[start:end]
+                start = end
+                _send(job, result)
+        self._drain()
+
+    def _drain(self) -> None:
+        """Jobs queued behind the stop marker fail instead of waiting forever."""
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(item, _Job):
+                _send(item, BatcherClosed("the embedder is closed"))
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(_STOP)
+        self._thread.join(timeout_s)

@@ -1,0 +1,115 @@
+"""Cheap text features of a whole conversation, beside the embedding of its last user turn.
+
+The embedding sees only the first tokens of the last user message; these see everything:
+how long, how many turns, code, maths, constraints, the kind of question. Each is a
+number; the classifier standardises them. ``FEATURES`` fixes their order, which the
+shipped model records, so a model and this module cannot drift apart unnoticed.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+FEATURES: tuple[str, ...] = (
+    "log_chars_total",
+    "log_words_last",
+    "turns",
+    "has_system",
+    "code_fence",
+    "code_tokens",
+    "math_symbols",
+    "digits_ratio",
+    "numbers",
+    "latex",
+    "constraints",
+    "list_items",
+    "multiple_choice",
+    "question_marks",
+    "sentences",
+    "q_factoid",
+    "q_reasoning",
+    "q_generate",
+    "q_solve",
+    "avg_word_len",
+)
+
+_CODE = re.compile(
+    r"\b(def|class|import|return|function|const|let|var|public|static|void|#include|SELECT|lambda)\b"
+    r"|[{};]\s*$|==|!=|->|=>",
+    re.MULTILINE,
+)
+_MATH = re.compile(r"[=+\-*/^<>%√∑∫π]|\bsqrt\b|\blog\b|\bsin\b|\bcos\b")
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)?")
+_LATEX = re.compile(r"\\(frac|sum|int|sqrt|cdot|times|le|ge|alpha|beta|theta|pi)\b|\$[^$]+\$")
+_CONSTRAINT = re.compile(
+    r"\b(must|should|at least|at most|exactly|without|only|do not|don't|never|always|"
+    r"format|json|step by step|in \d+ words|no more than|ensure|make sure)\b",
+    re.IGNORECASE,
+)
+_LIST_ITEM = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+", re.MULTILINE)
+_CHOICE = re.compile(r"^\s*\(?[A-Ea-e][.)]\s+\S", re.MULTILINE)
+_SENTENCE = re.compile(r"[.!?](?:\s|$)")
+_FACTOID = re.compile(r"^\s*(what|who|when|where|which|name|how many|how much)\b", re.IGNORECASE)
+_REASONING = re.compile(r"\b(why|explain|compare|analy[sz]e|evaluate|justify|reason)\b", re.I)
+_GENERATE = re.compile(r"\b(write|create|generate|implement|design|draft|compose|build)\b", re.I)
+_SOLVE = re.compile(r"\b(solve|prove|derive|calculate|compute|find|determine|show that)\b", re.I)
+_WORD = re.compile(r"\S+")
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        return "".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, Mapping) and part.get("type") == "text"
+        )
+    return ""
+
+
+def _count(pattern: re.Pattern[str], text: str) -> float:
+    return math.log1p(len(pattern.findall(text)))
+
+
+def text_features(messages: Sequence[Mapping[str, Any]], last_user: str) -> npt.NDArray[np.float32]:
+    """One row in ``FEATURES`` order; ``last_user`` is what the embedder sees."""
+    texts = [message_text(m) for m in messages]
+    everything = "\n".join(texts)
+    words = _WORD.findall(last_user)
+    chars = max(len(everything), 1)
+    values = (
+        math.log1p(len(everything)),
+        math.log1p(len(words)),
+        math.log1p(sum(1 for m in messages if m.get("role") == "user")),
+        float(any(m.get("role") == "system" for m in messages)),
+        math.log1p(everything.count("```")),
+        _count(_CODE, everything),
+        _count(_MATH, last_user),
+        sum(c.isdigit() for c in everything) / chars,
+        _count(_NUMBER, last_user),
+        _count(_LATEX, everything),
+        _count(_CONSTRAINT, everything),
+        _count(_LIST_ITEM, last_user),
+        float(len(_CHOICE.findall(last_user)) >= 2),
+        _count(re.compile(r"\?"), last_user),
+        _count(_SENTENCE, last_user),
+        float(bool(_FACTOID.search(last_user))),
+        float(bool(_REASONING.search(last_user))),
+        float(bool(_GENERATE.search(last_user))),
+        float(bool(_SOLVE.search(last_user))),
+        (sum(len(w) for w in words) / len(words)) if words else 0.0,
+    )
+    return np.asarray(values, dtype=np.float32)
+
+
+def prompt_messages(prompt: str) -> list[dict[str, str]]:
+    """A bare prompt as the one-turn conversation it stands for."""
+    return [{"role": "user", "content": prompt}]

@@ -1,0 +1,33 @@
+"""Build the embedder and classifier the config names (blocking: call it off the loop)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from policies.schema import ClassifierConfig
+from routers.classifier import ComplexityClassifier, ComplexityModel
+from routers.embedding import SyncEmbedder, build_embedder
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingModels:
+    embedder: SyncEmbedder
+    classifier: ComplexityClassifier
+
+
+def build_routing(config: ClassifierConfig) -> RoutingModels:
+    """Raises ``EmbedderUnavailable`` or ``ModelFormatError``; the caller decides to go on."""
+    model = ComplexityModel.load(Path(config.model) if config.model else None)
+    embedder = build_embedder(config)
+    if model.embedder != embedder.name:
+        log.warning(
+            "the complexity model was trained on %s vectors, the embedder is %s: "
+            "scores may drift; retrain with `tiergate train-classifier`",
+            model.embedder,
+            embedder.name,
+        )
+    return RoutingModels(embedder, ComplexityClassifier(model))
