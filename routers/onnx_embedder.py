@@ -30,7 +30,7 @@ from routers.embedding import EmbedderUnavailable, minilm_path
 
 log = logging.getLogger(__name__)
 
-BUCKET = 16  # texts per sub-batch after sorting by length
+BUCKET = 16  # texts per sub-batch after sorting by length (float graph)
 
 
 def cache_dir() -> Path:
@@ -145,6 +145,7 @@ class OnnxEmbedder:
         path = Path(model_path or minilm_path())
         self.name = f"all-minilm-l6-v2/onnx-{'int8' if quantize else 'fp32'}/{max_tokens}"
         self.max_tokens = max_tokens
+        self._rows_per_run = 1 if quantize else BUCKET
         self._tokenizer: Any = Tokenizer.from_file(str(path / "tokenizer.json"))
         self._tokenizer.enable_truncation(max_tokens)
         self._tokenizer.no_padding()
@@ -170,8 +171,9 @@ class OnnxEmbedder:
             return out
         encoded = self._tokenizer.encode_batch(list(texts))
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i].ids))
-        for start in range(0, len(order), BUCKET):
-            rows = order[start : start + BUCKET]
+        step = self._rows_per_run
+        for start in range(0, len(order), step):
+            rows = order[start : start + step]
             width = max(len(encoded[i].ids) for i in rows)
             ids = np.zeros((len(rows), width), dtype=np.int64)
             mask = np.zeros((len(rows), width), dtype=np.int64)

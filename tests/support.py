@@ -8,7 +8,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -94,7 +94,10 @@ class RunningGateway:
 
 @contextmanager
 def running_gateway(
-    config: dict[str, Any] | GatewayConfig, *, tracer_provider: Any = None
+    config: dict[str, Any] | GatewayConfig,
+    config_source: Callable[[], GatewayConfig] | None = None,
+    *,
+    tracer_provider: Any = None,
 ) -> Iterator[RunningGateway]:
     """A real uvicorn server in a background thread, on its own event loop."""
     os.environ.setdefault("TIERGATE_TEST_KEY", TEST_KEY)
@@ -104,7 +107,7 @@ def running_gateway(
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(config, tracer_provider=tracer_provider),
+            create_app(config, config_source, tracer_provider=tracer_provider),
             host="127.0.0.1",
             port=port,
             log_level="warning",

@@ -1,0 +1,109 @@
+"""``tiergate classify`` / ``train-classifier`` / ``eval-classifier`` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from routers.classifier import ComplexityModel
+from tests.support import PYTHON, REPO, subprocess_env
+
+TIERS = {"small", "medium", "large"}
+
+
+def tiergate(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PYTHON, "-m", "gateway", *args],
+        cwd=REPO,
+        env=subprocess_env(TIERGATE_LOG_LEVEL="warning"),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def tier_for(score: float) -> str:
+    return "small" if score < 0.3 else "large" if score >= 0.7 else "medium"
+
+
+@pytest.mark.slow
+def test_classify_contract_prompt_and_messages_in_order(tmp_path: Path) -> None:
+    rows = [
+        {"id": "a", "prompt": "hi"},
+        {"id": 2, "messages": [{"role": "system", "content": "be brief"},
+                               {"role": "user", "content": "Prove that sqrt(2) is irrational."}]},
+        {"id": "c", "prompt": "Write a Python function that merges k sorted linked lists."},
+    ]
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    done = tiergate("classify", str(source), "-o", str(tmp_path / "out.jsonl"))
+    assert done.returncode == 0, done.stderr
+    out = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [o["id"] for o in out] == ["a", 2, "c"]
+    for line in out:
+        assert set(line) == {"id", "score", "tier"}
+        assert 0.0 <= line["score"] <= 1.0
+        assert line["tier"] == tier_for(line["score"])  # the default config's thresholds
+    # stdin → stdout gives the same scores
+    piped = tiergate("classify", stdin=source.read_text())
+    assert [json.loads(x) for x in piped.stdout.splitlines()] == out
+
+
+@pytest.mark.slow
+def test_classify_reports_bad_lines_and_keeps_going() -> None:
+    stdin = '{"id": 1, "prompt": "ok"}\nnot json\n{"prompt": "no id"}\n{"id": 4, "messages": 3}\n'
+    done = tiergate("classify", stdin=stdin)
+    assert done.returncode == 1
+    assert [json.loads(x)["id"] for x in done.stdout.splitlines()] == [1]
+    assert "line 2: invalid JSON" in done.stderr
+    assert "line 3: needs an object with 'id'" in done.stderr
+    assert "line 4: needs 'prompt'" in done.stderr
+
+
+@pytest.mark.slow
+def test_train_on_operator_file_then_classify_and_eval_with_it(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    records = []
+    for i in range(40):
+        hard = i % 2 == 1
+        prompt = (
+            f"Derive and prove the asymptotic bound of recurrence T(n)=2T(n/2)+n log n, case {i}"
+            if hard
+            else f"Say hello to person number {i}"
+        )
+        records.append(
+            {"prompt": prompt, "small_correct": int(not hard or rng.random() < 0.2), "large_correct": 1}
+        )
+    data = tmp_path / "traffic.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    model_a, model_b = tmp_path / "a.npz", tmp_path / "b.npz"
+    for out in (model_a, model_b):
+        done = tiergate("train-classifier", "--data", str(data), "--out", str(out), "--seed", "3")
+        assert done.returncode == 0, done.stderr
+    assert model_a.read_bytes() == model_b.read_bytes()  # same seed, same bytes
+    assert ComplexityModel.load(model_a).info["examples"] == 40
+    source = tmp_path / "in.jsonl"
+    source.write_text(
+        json.dumps({"id": "h", "prompt": "Derive and prove the bound of T(n)=3T(n/3)+n"}) + "\n"
+        + json.dumps({"id": "e", "prompt": "Say hello to Ann"}) + "\n"
+    )
+    done = tiergate("classify", str(source), "--model", str(model_a))
+    scores = {json.loads(x)["id"]: json.loads(x)["score"] for x in done.stdout.splitlines()}
+    assert scores["h"] > scores["e"]
+    table = tiergate("eval-classifier", "--model", str(model_a), "--data", str(data))
+    assert table.returncode == 0, table.stderr
+    assert "traffic.jsonl" in table.stdout and "APGR" in table.stdout
+
+
+def test_train_refuses_a_bad_operator_file(tmp_path: Path) -> None:
+    data = tmp_path / "bad.csv"
+    data.write_text("prompt\nhello\n")
+    done = tiergate("train-classifier", "--data", str(data), "--out", str(tmp_path / "m.npz"))
+    assert done.returncode == 2
+    assert "needs 'label'" in done.stderr
+    assert not (tmp_path / "m.npz").exists()

@@ -1,0 +1,55 @@
+"""The ONNX embedder against the sentence-transformers one: same space, unit vectors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from policies.schema import ClassifierConfig
+from routers.embedding import EmbeddingOnce, SentenceTransformerEmbedder, build_embedder
+from routers.onnx_embedder import OnnxEmbedder, ensure_onnx
+
+TEXTS = [
+    "hi",
+    "What is the capital of France?",
+    "Prove that there are infinitely many primes of the form 4k+3, step by step.",
+    "def merge(a, b):\n    return sorted(a + b)  # is this O(n log n)? " * 12,
+]
+
+
+@pytest.fixture(scope="module")
+def onnx() -> OnnxEmbedder:
+    embedder = build_embedder(ClassifierConfig(max_wait_ms=1))
+    assert isinstance(embedder, OnnxEmbedder)
+    return embedder
+
+
+async def test_vectors_are_unit_length_and_batched_calls_agree(onnx: OnnxEmbedder) -> None:
+    together = onnx.embed_sync(TEXTS)
+    assert together.shape == (len(TEXTS), 384)
+    assert np.allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-4)
+    one_by_one = np.stack([(await onnx.embed([t]))[0] for t in TEXTS])
+    assert np.allclose(together, one_by_one, atol=2e-3)  # padding does not leak
+    assert onnx.token_counts(TEXTS[-1:])[0] == onnx.max_tokens  # truncated
+    once = EmbeddingOnce(onnx, TEXTS[2])
+    first = await once.get()
+    assert (await once.get()) is first
+    assert onnx.batcher.texts >= len(TEXTS) + 1
+
+
+def test_export_is_cached(onnx: OnnxEmbedder) -> None:
+    from routers.embedding import minilm_path
+    from pathlib import Path
+
+    path = ensure_onnx(Path(minilm_path()))
+    assert path.exists() and path.name.endswith("-int8.onnx")
+    assert ensure_onnx(Path(minilm_path())) == path
+
+
+@pytest.mark.slow
+def test_int8_onnx_stays_close_to_torch(onnx: OnnxEmbedder) -> None:
+    torch_embedder = SentenceTransformerEmbedder(max_seq_length=128)
+    reference = torch_embedder.embed_sync(TEXTS)
+    cosine = np.sum(reference * onnx.embed_sync(TEXTS), axis=1)
+    assert np.all(cosine > 0.97), cosine
+    torch_embedder._batcher.close()
