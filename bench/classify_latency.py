@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from policies.schema import ClassifierConfig  # noqa: E402
-from routers.embedding import EmbeddingOnce  # noqa: E402
-from routers.setup import build_routing  # noqa: E402
+from policies.schema import ClassifierConfig
+from routers.embedding import EmbeddingOnce
+from routers.setup import build_routing
 
 PROMPT = (
     "You are reviewing a pull request for a payment service. The change adds retries with "

@@ -31,9 +31,7 @@ def _spec(config: GatewayConfig, model: Path | None) -> ClassifierConfig:
     return spec.model_copy(update={"model": str(model)}) if model is not None else spec
 
 
-def _records(
-    stream: IO[bytes], errors: list[str]
-) -> Iterator[tuple[Any, list[Mapping[str, Any]]]]:
+def _records(stream: IO[bytes], errors: list[str]) -> Iterator[tuple[Any, list[Mapping[str, Any]]]]:
     from routers.features import prompt_messages
 
     for number, line in enumerate(stream, 1):
@@ -51,7 +49,7 @@ def _records(
         if isinstance(messages, list) and messages and all(isinstance(m, dict) for m in messages):
             yield record["id"], messages
         elif isinstance(record.get("prompt"), str):
-            yield record["id"], prompt_messages(record["prompt"])
+            yield record["id"], list(prompt_messages(record["prompt"]))
         else:
             errors.append(f"line {number}: needs 'prompt' (string) or 'messages' (list)")
 
@@ -69,8 +67,8 @@ def cmd_classify(args: argparse.Namespace) -> int:
     built = build_routing(_spec(config, args.model))
     tiers = list(config.tiers)
     errors: list[str] = []
-    source = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")  # noqa: SIM115
-    target = sys.stdout.buffer if args.output == "-" else open(args.output, "wb")  # noqa: SIM115
+    source = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
+    target = sys.stdout.buffer if args.output == "-" else open(args.output, "wb")
     try:
         batch: list[tuple[Any, list[Mapping[str, Any]]]] = []
 
@@ -149,7 +147,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         sets = evaluation_sets(datasets.shared_splits())
     scores = {
-        name: [s.score for s in score_conversations(built.classifier, built.embedder, [e.messages for e in examples])]
+        name: [
+            s.score
+            for s in score_conversations(
+                built.classifier, built.embedder, [e.messages for e in examples]
+            )
+        ]
         for name, examples in sets.items()
     }
     print(format_table(evaluate(sets, scores, seed=args.seed)))
@@ -158,7 +161,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def add_commands(sub: Any) -> None:
     classify = sub.add_parser("classify", help="score prompts: JSONL in, JSONL out")
-    classify.add_argument("input", nargs="?", default="-", help='JSONL of {"id","prompt"|"messages"}')
+    classify.add_argument(
+        "input", nargs="?", default="-", help='JSONL of {"id","prompt"|"messages"}'
+    )
     classify.add_argument("-o", "--output", default="-", help='JSONL of {"id","score","tier"}')
     classify.add_argument("--config", type=Path, default=None, help="thresholds and tiers from")
     classify.add_argument("--model", type=Path, default=None, help="a trained .npz")
@@ -177,7 +182,9 @@ def add_commands(sub: Any) -> None:
 
     evaluate = sub.add_parser("eval-classifier", help="APGR/CPT vs length and random routers")
     evaluate.add_argument("--model", type=Path, default=None, help="a trained .npz")
-    evaluate.add_argument("--data", type=Path, default=None, help="labelled file with small_correct/large_correct")
+    evaluate.add_argument(
+        "--data", type=Path, default=None, help="labelled file with small_correct/large_correct"
+    )
     evaluate.add_argument("--seed", type=int, default=0)
     evaluate.add_argument("--config", type=Path, default=None)
     evaluate.set_defaults(func=cmd_eval)

@@ -260,7 +260,12 @@ class GatewayConfig(Frozen):
         if self.routing.default_tier not in self.tiers:
             problems.append(f"routing.default_tier {self.routing.default_tier!r} is not a tier")
         for tenant_name, tenant in self.tenants.items():
-            named = (tenant.default_tier, tenant.min_tier, tenant.max_tier, *(tenant.allowed_tiers or ()))
+            named = (
+                tenant.default_tier,
+                tenant.min_tier,
+                tenant.max_tier,
+                *(tenant.allowed_tiers or ()),
+            )
             for tier_name in (t for t in named if t is not None):
                 if tier_name not in self.tiers:
                     problems.append(f"tenant {tenant_name!r} names unknown tier {tier_name!r}")

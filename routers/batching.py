@@ -86,7 +86,11 @@ class MicroBatcher:
         while size < self.max_batch:
             remaining = deadline - time.monotonic()
             try:
-                item = self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait()
+                item = (
+                    self._queue.get(timeout=remaining)
+                    if remaining > 0
+                    else self._queue.get_nowait()
+                )
             except queue.Empty:
                 break
             if item is _STOP:

@@ -115,10 +115,14 @@ class ComplexityClassifier:
         self._large = model.heads.index(HEAD_LARGE) if HEAD_LARGE in model.heads else None
 
     def classify_many(
-        self, conversations: Sequence[Sequence[Mapping[str, Any]]], last_user: Sequence[str],
+        self,
+        conversations: Sequence[Sequence[Mapping[str, Any]]],
+        last_user: Sequence[str],
         vectors: Array,
     ) -> list[ComplexityScore]:
-        features = np.stack([text_features(c, t) for c, t in zip(conversations, last_user, strict=True)])
+        features = np.stack(
+            [text_features(c, t) for c, t in zip(conversations, last_user, strict=True)]
+        )
         probs = self.model.probabilities(vectors, features)
         return [
             ComplexityScore(

@@ -58,12 +58,12 @@ class Example:
 
 def _rows(path: Path) -> Iterator[dict[str, str]]:
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8", newline="") as handle:  # type: ignore[operator]
+    with opener(path, "rt", encoding="utf-8", newline="") as handle:
         yield from csv.DictReader(handle)
 
 
 def _float(value: str | None) -> float | None:
-    return None if value in (None, "") else float(value)  # type: ignore[arg-type]
+    return None if value is None or value == "" else float(value)
 
 
 def golden_held_out(item_id: str) -> bool:

@@ -156,4 +156,6 @@ async def downgrade_to_fit(
             return replace(decision, tier=tier, trail=tuple(trail))
         trail.append(f"budget: {tier} does not fit")
     trail.append("budget: no tier fits; keeping the cheapest")
-    return replace(decision, tier=candidates[-1] if candidates else decision.tier, trail=tuple(trail))
+    return replace(
+        decision, tier=candidates[-1] if candidates else decision.tier, trail=tuple(trail)
+    )

@@ -1,7 +1,7 @@
 """RouteLLM's router metrics over one benchmark's requests.
 
 Sort requests by score and send the top fraction ``c`` to the strong model; q(c) is the
-mean correctness of that mix. PGR(c) = (q(c) − q_weak) / (q_strong − q_weak);
+mean correctness of that mix. PGR(c) = (q(c) - q_weak) / (q_strong - q_weak);
 APGR = trapezoid area of PGR over c at the 10 quantile cut points (0.1 … 1.0, plus c = 0);
 CPT(x) = the smallest share of strong calls (on a 1 % grid) whose PGR reaches x.
 Ties in a score (the length router has many) are broken at random, seeded.
@@ -30,7 +30,8 @@ class RouterReport:
 def _order(scores: FloatArray, seed: int) -> npt.NDArray[np.intp]:
     """Indices from the highest score down, ties in random (seeded) order."""
     tie_break = np.random.default_rng(seed).random(len(scores))
-    return np.lexsort((tie_break, -scores))
+    order: npt.NDArray[np.intp] = np.lexsort((tie_break, -scores))
+    return order
 
 
 def pgr_curve(
@@ -60,7 +61,9 @@ def report(scores: FloatArray, weak: FloatArray, strong: FloatArray, seed: int =
     return RouterReport(apgr, cpt(0.5), cpt(0.8), tuple(float(p) for p in pgr))
 
 
-def random_report(weak: FloatArray, strong: FloatArray, seed: int = 0, runs: int = 20) -> RouterReport:
+def random_report(
+    weak: FloatArray, strong: FloatArray, seed: int = 0, runs: int = 20
+) -> RouterReport:
     """The random router, averaged over ``runs`` seeded draws."""
     rng = np.random.default_rng(seed)
     reports = [report(rng.random(len(weak)), weak, strong, seed + i) for i in range(runs)]

@@ -110,6 +110,6 @@ def text_features(messages: Sequence[Mapping[str, Any]], last_user: str) -> npt.
     return np.asarray(values, dtype=np.float32)
 
 
-def prompt_messages(prompt: str) -> list[dict[str, str]]:
+def prompt_messages(prompt: str) -> list[Mapping[str, Any]]:
     """A bare prompt as the one-turn conversation it stands for."""
     return [{"role": "user", "content": prompt}]

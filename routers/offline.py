@@ -43,7 +43,7 @@ def score_conversations(
 class BenchmarkRow:
     name: str
     size: int
-    gap: float  # strong − weak mean correctness
+    gap: float  # strong - weak mean correctness
     classifier: RouterReport
     length: RouterReport
     random: RouterReport

@@ -55,7 +55,7 @@ def _fit_head(
     if not options.group_effects:
         onehot = onehot[:, :0]
     x = np.concatenate([x, onehot], axis=1)
-    # Soft labels: each row counts as a positive with weight y and a negative with 1 − y.
+    # Soft labels: each row counts as a positive with weight y and a negative with 1 - y.
     xs = np.concatenate([x, x])
     ys = np.concatenate([np.ones(len(y)), np.zeros(len(y))])
     ws = np.concatenate([w * y, w * (1.0 - y)])
@@ -101,7 +101,9 @@ def fit(
         y_large = np.array([examples[i].large for i in large], dtype=np.float32)
         large_groups = [f"{examples[i].source}/{examples[i].benchmark}" for i in large]
         ones = np.ones(len(large), np.float32)
-        coef, intercept = _fit_head(z[large].astype(np.float32), y_large, ones, large_groups, options)
+        coef, intercept = _fit_head(
+            z[large].astype(np.float32), y_large, ones, large_groups, options
+        )
         heads.append(HEAD_LARGE)
         coefs.append(coef)
         intercepts.append(intercept)

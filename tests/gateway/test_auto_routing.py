@@ -41,7 +41,9 @@ def gateway() -> Iterator[RunningGateway]:
         yield running
 
 
-def explain(gateway: RunningGateway, key: str, body: dict[str, Any], **headers: str) -> httpx.Response:
+def explain(
+    gateway: RunningGateway, key: str, body: dict[str, Any], **headers: str
+) -> httpx.Response:
     return httpx.post(
         gateway.base_url + "/v1/route",
         json=body,

@@ -35,8 +35,13 @@ def tier_for(score: float) -> str:
 def test_classify_contract_prompt_and_messages_in_order(tmp_path: Path) -> None:
     rows = [
         {"id": "a", "prompt": "hi"},
-        {"id": 2, "messages": [{"role": "system", "content": "be brief"},
-                               {"role": "user", "content": "Prove that sqrt(2) is irrational."}]},
+        {
+            "id": 2,
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": "Prove that sqrt(2) is irrational."},
+            ],
+        },
         {"id": "c", "prompt": "Write a Python function that merges k sorted linked lists."},
     ]
     source = tmp_path / "in.jsonl"
@@ -77,7 +82,11 @@ def test_train_on_operator_file_then_classify_and_eval_with_it(tmp_path: Path) -
             else f"Say hello to person number {i}"
         )
         records.append(
-            {"prompt": prompt, "small_correct": int(not hard or rng.random() < 0.2), "large_correct": 1}
+            {
+                "prompt": prompt,
+                "small_correct": int(not hard or rng.random() < 0.2),
+                "large_correct": 1,
+            }
         )
     data = tmp_path / "traffic.jsonl"
     data.write_text("\n".join(json.dumps(r) for r in records) + "\n")
@@ -89,8 +98,10 @@ def test_train_on_operator_file_then_classify_and_eval_with_it(tmp_path: Path) -
     assert ComplexityModel.load(model_a).info["examples"] == 40
     source = tmp_path / "in.jsonl"
     source.write_text(
-        json.dumps({"id": "h", "prompt": "Derive and prove the bound of T(n)=3T(n/3)+n"}) + "\n"
-        + json.dumps({"id": "e", "prompt": "Say hello to Ann"}) + "\n"
+        json.dumps({"id": "h", "prompt": "Derive and prove the bound of T(n)=3T(n/3)+n"})
+        + "\n"
+        + json.dumps({"id": "e", "prompt": "Say hello to Ann"})
+        + "\n"
     )
     done = tiergate("classify", str(source), "--model", str(model_a))
     scores = {json.loads(x)["id"]: json.loads(x)["score"] for x in done.stdout.splitlines()}

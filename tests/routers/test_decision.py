@@ -29,7 +29,14 @@ TIERS = ["small", "medium", "large"]
 
 @pytest.mark.parametrize(
     ("score", "tier"),
-    [(0.0, "small"), (0.299, "small"), (0.3, "medium"), (0.699, "medium"), (0.7, "large"), (1.0, "large")],
+    [
+        (0.0, "small"),
+        (0.299, "small"),
+        (0.3, "medium"),
+        (0.699, "medium"),
+        (0.7, "large"),
+        (1.0, "large"),
+    ],
 )
 def test_thresholds_split_three_tiers(score: float, tier: str) -> None:
     assert tier_for_score(score, TIERS, (0.3, 0.7)) == tier

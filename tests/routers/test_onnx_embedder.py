@@ -38,8 +38,9 @@ async def test_vectors_are_unit_length_and_batched_calls_agree(onnx: OnnxEmbedde
 
 
 def test_export_is_cached(onnx: OnnxEmbedder) -> None:
-    from routers.embedding import minilm_path
     from pathlib import Path
+
+    from routers.embedding import minilm_path
 
     path = ensure_onnx(Path(minilm_path()))
     assert path.exists() and path.name.endswith("-int8.onnx")

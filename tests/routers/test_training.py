@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
-import zlib
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from routers import datasets
-from routers.classifier import SHIPPED_MODEL, ComplexityClassifier, ComplexityModel, ModelFormatError
+from routers.classifier import (
+    SHIPPED_MODEL,
+    ComplexityClassifier,
+    ComplexityModel,
+    ModelFormatError,
+)
 from routers.features import FEATURES, prompt_messages, text_features
 from routers.training import TrainOptions, fit
 
@@ -82,8 +87,14 @@ def test_shipped_model_loads_is_small_and_scores_in_unit_interval() -> None:
 def test_a_model_for_other_features_is_refused(tmp_path: Path) -> None:
     model = ComplexityModel.load()
     other = ComplexityModel(
-        model.embedder, ("only_one",), model.heads, model.mean, model.scale, model.coef,
-        model.intercept, {},
+        model.embedder,
+        ("only_one",),
+        model.heads,
+        model.mean,
+        model.scale,
+        model.coef,
+        model.intercept,
+        {},
     )
     other.save(tmp_path / "other.npz")
     with pytest.raises(ModelFormatError, match="other features"):
