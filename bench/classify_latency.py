@@ -74,9 +74,6 @@ async def measure(name: str, spec: ClassifierConfig, requests: int) -> dict[str,
         "min_ms": 1000 * singles[0],
         "max_ms": 1000 * singles[-1],
         "throughput_64": total / elapsed,
-        "tokens": float(len(embedder.token_counts([PROMPT])[0:1]) and 0)
-        if not hasattr(embedder, "token_counts")
-        else float(embedder.token_counts([PROMPT])[0]),
     }
 
 
@@ -87,6 +84,14 @@ async def main() -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
+    from tokenizers import Tokenizer
+
+    from routers.embedding import minilm_path
+
+    tokenizer = Tokenizer.from_file(f"{minilm_path()}/tokenizer.json")
+    tokenizer.no_truncation()
+    tokens = len(tokenizer.encode(PROMPT).ids)
+    print(f"prompt: {tokens} tokens; load average {os.getloadavg()[0]:.1f}", flush=True)
     if args.cores:
         os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[: args.cores]))
     results = {}

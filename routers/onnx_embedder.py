@@ -153,6 +153,9 @@ class OnnxEmbedder:
         options.intra_op_num_threads = threads or 0
         options.inter_op_num_threads = 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # Spinning worker threads burn the cores the event loop and engines need, and on
+        # a busy host they make a one-row run several times slower (bench/).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session: Any = ort.InferenceSession(
             str(ensure_onnx(path, quantize)), options, providers=["CPUExecutionProvider"]
         )
