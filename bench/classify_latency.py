@@ -34,7 +34,10 @@ PROMPT = (
     "herds when the processor recovers, and about log volume and personal data), and "
     "propose concrete changes to the design, with a short code sketch in Python showing the "
     "retry loop, the idempotency key handling and the circuit breaker. Keep the answer under "
-    "four hundred words and use a numbered list for the proposals."
+    "four hundred words and use a numbered list for the proposals. Assume the service runs "
+    "three replicas behind a load balancer, talks to the processor over HTTPS with a ten "
+    "second timeout, and stores charges in PostgreSQL; say what changes if the processor "
+    "starts returning HTTP 429 with a Retry-After header during a sale."
 )
 VARIANTS = {
     "torch-256": ClassifierConfig(embedder="sentence-transformers", max_tokens=256),

@@ -180,11 +180,11 @@ def add_commands(sub: Any) -> None:
     train.add_argument("--config", type=Path, default=None, help="embedder settings from")
     train.set_defaults(func=cmd_train)
 
-    evaluate = sub.add_parser("eval-classifier", help="APGR/CPT vs length and random routers")
-    evaluate.add_argument("--model", type=Path, default=None, help="a trained .npz")
-    evaluate.add_argument(
+    judge = sub.add_parser("eval-classifier", help="APGR/CPT vs length and random routers")
+    judge.add_argument("--model", type=Path, default=None, help="a trained .npz")
+    judge.add_argument(
         "--data", type=Path, default=None, help="labelled file with small_correct/large_correct"
     )
-    evaluate.add_argument("--seed", type=int, default=0)
-    evaluate.add_argument("--config", type=Path, default=None)
-    evaluate.set_defaults(func=cmd_eval)
+    judge.add_argument("--seed", type=int, default=0)
+    judge.add_argument("--config", type=Path, default=None)
+    judge.set_defaults(func=cmd_eval)

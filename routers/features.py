@@ -60,6 +60,7 @@ _REASONING = re.compile(r"\b(why|explain|compare|analy[sz]e|evaluate|justify|rea
 _GENERATE = re.compile(r"\b(write|create|generate|implement|design|draft|compose|build)\b", re.I)
 _SOLVE = re.compile(r"\b(solve|prove|derive|calculate|compute|find|determine|show that)\b", re.I)
 _WORD = re.compile(r"\S+")
+_QUESTION = re.compile(r"\?")
 
 
 def message_text(message: Mapping[str, Any]) -> str:
@@ -99,7 +100,7 @@ def text_features(messages: Sequence[Mapping[str, Any]], last_user: str) -> npt.
         _count(_CONSTRAINT, everything),
         _count(_LIST_ITEM, last_user),
         float(len(_CHOICE.findall(last_user)) >= 2),
-        _count(re.compile(r"\?"), last_user),
+        _count(_QUESTION, last_user),
         _count(_SENTENCE, last_user),
         float(bool(_FACTOID.search(last_user))),
         float(bool(_REASONING.search(last_user))),

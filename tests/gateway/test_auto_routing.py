@@ -216,3 +216,22 @@ def test_budget_hook_downgrades_auto_in_the_gateway(gateway: RunningGateway) -> 
     finally:
         gateway.state.tier_fits = None
         gateway.state.config = original
+
+
+def test_default_config_routes_auto_with_the_shipped_classifier() -> None:
+    from policies.loader import load_config
+    from routers.setup import build_routing
+    from tests.support import REPO
+
+    spec = load_config(REPO / "config" / "gateway.yaml").routing.classifier
+    assert spec is not None
+    built = build_routing(spec)
+    try:
+        # the shipped model was trained on exactly this embedder's vectors
+        assert built.embedder.name == built.classifier.model.embedder
+        scores = built.classifier.classify_many(
+            [[{"role": "user", "content": HARD}]], [HARD], built.embedder.embed_sync([HARD])
+        )
+        assert 0.0 < scores[0].score < 1.0
+    finally:
+        asyncio.run(built.embedder.aclose())
