@@ -53,7 +53,7 @@ def _export(model_path: Path, target: Path) -> None:
 
     model = AutoModel.from_pretrained(str(model_path)).eval()
 
-    class Pooled(torch.nn.Module):
+    class Pooled(torch.nn.Module):  # type: ignore[misc,unused-ignore]
         def __init__(self) -> None:
             super().__init__()
             self.model = model
