@@ -13,6 +13,7 @@ import orjson
 
 from backends.base import GenerationRequest, Usage
 from policies.schema import GatewayConfig, TenantSpec
+from routers.decision import permitted_tiers
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +107,12 @@ def worst_case(
 
 
 def downgrade_tiers(config: GatewayConfig, policy: TenantSpec, tier: str) -> list[str]:
-    """``tier`` first, then the cheaper tiers the tenant may use, most capable first."""
+    """``tier`` first, then the cheaper tiers the tenant may use (allowed tiers, never
+    below ``min_tier``), most capable first."""
     order = list(config.tiers)
     cheaper = reversed(order[: order.index(tier)])
-    allowed = policy.allowed_tiers
-    return [tier, *(t for t in cheaper if allowed is None or t in allowed)]
+    permitted = permitted_tiers(config, policy)
+    return [tier, *(t for t in cheaper if t in permitted)]
 
 
 def worst_cases(

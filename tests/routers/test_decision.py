@@ -141,3 +141,12 @@ async def test_budget_hook_never_moves_an_explicit_choice() -> None:
     fits = BudgetFits(set())
     assert (await downgrade_to_fit(decision, cfg, cfg.tenants["acme"], "acme", fits)) is decision
     assert fits.asked == []
+
+
+def test_budget_downgrade_in_spend_respects_min_and_allowed_tiers() -> None:
+    from gateway.spend import downgrade_tiers
+
+    cfg = config(min_tier="medium")
+    assert downgrade_tiers(cfg, cfg.tenants["acme"], "large") == ["large", "medium"]
+    cfg = config(allowed_tiers=["small", "large"])
+    assert downgrade_tiers(cfg, cfg.tenants["acme"], "large") == ["large", "small"]
