@@ -37,13 +37,13 @@ from gateway.routes import (
     models,
 )
 from gateway.state import GatewayState
-from routers.setup import RoutingModels
 from gateway.tracing import open_tracing, traced
 from policies.ledger import open_ledger
 from policies.schema import GatewayConfig, PoolSpec
 from policies.spending import open_budget_store, open_rate_limiter
 from policies.store import open_store
 from policies.tenants import KeyRing
+from routers.setup import RoutingModels
 
 log = logging.getLogger(__name__)
 

@@ -132,6 +132,9 @@ class TenantSpec(Frozen):
     budget_fail_open: bool = False
     rate_limit_fail_open: bool = False
     cache: CachePolicy = CachePolicy()
+    min_tier: str | None = None  # ``auto`` never routes below this tier
+    max_tier: str | None = None  # ... nor above this one
+    allow_tier_header: bool = False  # may force a tier with ``x-tiergate-tier``
 
 
 class CacheConfig(Frozen):
@@ -150,9 +153,6 @@ class CacheConfig(Frozen):
     stream_maxlen: int = Field(100_000, ge=1000)
     # Every cache key starts with this (tests and side-by-side deployments use their own).
     key_prefix: str = Field("tg:cache", pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
-    min_tier: str | None = None  # ``auto`` never routes below this tier
-    max_tier: str | None = None  # ... nor above this one
-    allow_tier_header: bool = False  # may force a tier with ``x-tiergate-tier``
 
 
 class ClassifierConfig(Frozen):
