@@ -235,3 +235,26 @@ def test_default_config_routes_auto_with_the_shipped_classifier() -> None:
         assert 0.0 < scores[0].score < 1.0
     finally:
         asyncio.run(built.embedder.aclose())
+
+
+def test_semantic_cache_and_classifier_share_one_embedder() -> None:
+    from routers.onnx_embedder import OnnxEmbedder
+
+    config = classifier_config()
+    config["cache"] = {"semantic": True}
+    with running_gateway(config) as gateway:
+        assert gateway.state.cache is not None
+        embedder = gateway.state.embedder
+        assert isinstance(embedder, OnnxEmbedder)  # not a second (torch) embedder
+        before = embedder.batcher.texts
+        answer = explain(gateway, TEST_KEY, chat(HARD))
+        assert answer.status_code == 200 and answer.json()["score"] is not None
+        assert embedder.batcher.texts == before + 1
+        # a cacheable chat request: semantic lookup, classification and fill, one embedding
+        body = {**chat(HARD + " (again)"), "temperature": 0}
+        headers = {"authorization": f"Bearer {TEST_KEY}"}
+        done = httpx.post(gateway.base_url + "/v1/chat/completions", json=body, headers=headers)
+        assert done.status_code == 200
+        assert done.headers["x-tiergate-cache"] == "miss"
+        assert "x-tiergate-complexity" in done.headers
+        assert embedder.batcher.texts == before + 2
