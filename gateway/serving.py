@@ -40,7 +40,6 @@ from routers.decision import (
     UnknownModel,
     UnknownTier,
     decide,
-    downgrade_to_fit,
 )
 from routers.embedding import EmbeddingOnce, last_user_text
 from routers.features import prompt_messages
@@ -144,9 +143,6 @@ async def route(
         raise PermissionDenied(str(exc), param="model") from None
     if note is not None and requested_model == "auto":
         decision = replace(decision, trail=(note, *decision.trail))
-    decision = await downgrade_to_fit(
-        decision, config, principal.policy, principal.tenant, state.tier_fits
-    )
     plan = None
     if state.cache is not None:
         plan = state.cache.plan(principal, requested_model, build, cache_control)

@@ -19,7 +19,6 @@ from policies.schema import GatewayConfig
 from policies.store import Store
 from policies.tenants import KeyRing
 from routers.classifier import Classifier
-from routers.decision import TierFits
 from routers.embedding import Embedder
 
 
@@ -43,7 +42,6 @@ class GatewayState:
     background: set[asyncio.Task[None]] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
     classifier: Classifier | None = None  # None: ``auto`` goes to the tenant's default tier
-    tier_fits: TierFits | None = None  # budget-aware downgrade hook
     config_source: Callable[[], GatewayConfig] | None = None  # re-read on policy reload
 
 

@@ -7,7 +7,9 @@ trail that ``POST /v1/route`` shows. The order, for ``auto``:
 2. a tier forced by the ``x-tiergate-tier`` header, when the tenant may;
 3. the tenant's ``min_tier`` / ``max_tier``;
 4. the tenant's ``allowed_tiers`` (the nearest allowed tier at or below);
-5. budget-aware downgrade (``downgrade_to_fit``, async, through the ``TierFits`` hook).
+
+Budget-aware downgrade happens later, at admission, where the reservation is made in
+the same step (``gateway.budgeting``), so a tier is never chosen on a stale balance.
 
 A tier or model named explicitly is never moved: if the tenant may not use it, that
 is an error.
@@ -16,8 +18,7 @@ is an error.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import Protocol
+from dataclasses import dataclass
 
 from policies.schema import GatewayConfig, TenantSpec
 
@@ -41,13 +42,6 @@ class TierDecision:
     score: float | None
     trail: tuple[str, ...]
     movable: bool = False  # ``auto`` without a forced tier: later rules may still move it
-
-
-class TierFits(Protocol):
-    """Budget-aware downgrade hook (filled by the budgets module): may ``tenant`` send
-    this request to ``tier`` now? Called from the chosen tier downwards."""
-
-    async def __call__(self, tenant: str, tier: str) -> bool: ...
 
 
 def tier_for_score(score: float, tiers: Sequence[str], thresholds: tuple[float, float]) -> str:
@@ -133,29 +127,3 @@ def decide(
         return TierDecision(forced_tier, None, score, tuple(trail))
     tier = _within_policy(tier, config, policy, trail)
     return TierDecision(tier, None, score, tuple(trail), movable=True)
-
-
-async def downgrade_to_fit(
-    decision: TierDecision,
-    config: GatewayConfig,
-    policy: TenantSpec,
-    tenant: str,
-    fits: TierFits | None,
-) -> TierDecision:
-    """Step an ``auto`` decision down to the first permitted tier that fits the budget."""
-    if fits is None or not decision.movable:
-        return decision
-    order = list(config.tiers)
-    permitted = permitted_tiers(config, policy)
-    candidates = [t for t in reversed(permitted) if order.index(t) <= order.index(decision.tier)]
-    trail = list(decision.trail)
-    for tier in candidates:
-        if await fits(tenant, tier):
-            if tier != decision.tier:
-                trail.append(f"budget: {decision.tier} does not fit, downgraded to {tier}")
-            return replace(decision, tier=tier, trail=tuple(trail))
-        trail.append(f"budget: {tier} does not fit")
-    trail.append("budget: no tier fits; keeping the cheapest")
-    return replace(
-        decision, tier=candidates[-1] if candidates else decision.tier, trail=tuple(trail)
-    )

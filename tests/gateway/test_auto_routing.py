@@ -193,31 +193,6 @@ def test_missing_embedder_package_falls_back_to_the_default_tier(
     assert any("onnxruntime" in r.getMessage() for r in caplog.records)
 
 
-class OnlySmallFits:
-    """The budget hook's protocol: only the small tier fits this tenant's budget."""
-
-    async def __call__(self, tenant: str, tier: str) -> bool:
-        return tier == "small"
-
-
-def test_budget_hook_downgrades_auto_in_the_gateway(gateway: RunningGateway) -> None:
-    original = gateway.state.config
-    # thresholds (0, 0): every scored request would go to the large tier
-    routing = original.routing.model_copy(update={"thresholds": (0.0, 0.0)})
-    gateway.state.config = original.model_copy(update={"routing": routing})
-    gateway.state.tier_fits = OnlySmallFits()
-    try:
-        forced_high = {"x-tiergate-tier": "large"}
-        assert explain(gateway, TEST_KEY, chat(HARD), **forced_high).json()["tier"] == "large"
-        body = explain(gateway, TEST_KEY, chat(HARD)).json()
-        assert body["tier"] == "small"
-        assert body["trail"][0].endswith(": large")
-        assert body["trail"][-1] == "budget: large does not fit, downgraded to small"
-    finally:
-        gateway.state.tier_fits = None
-        gateway.state.config = original
-
-
 def test_default_config_routes_auto_with_the_shipped_classifier() -> None:
     from policies.loader import load_config
     from routers.setup import build_routing

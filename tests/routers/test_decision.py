@@ -12,7 +12,6 @@ from routers.decision import (
     UnknownModel,
     UnknownTier,
     decide,
-    downgrade_to_fit,
     tier_for_score,
 )
 from tests.support import fake_config
@@ -108,39 +107,6 @@ def test_header_forces_a_tier_only_when_the_tenant_may() -> None:
 def test_min_above_max_is_a_config_error() -> None:
     with pytest.raises(ValueError, match="min_tier is above max_tier"):
         config(min_tier="large", max_tier="small")
-
-
-class BudgetFits:
-    """The budget hook's protocol: a tier fits when it is in ``affordable``."""
-
-    def __init__(self, affordable: set[str]) -> None:
-        self.affordable = affordable
-        self.asked: list[tuple[str, str]] = []
-
-    async def __call__(self, tenant: str, tier: str) -> bool:
-        self.asked.append((tenant, tier))
-        return tier in self.affordable
-
-
-async def test_budget_hook_downgrades_auto_step_by_step() -> None:
-    cfg = config(min_tier="medium")
-    decision = decide(cfg, cfg.tenants["acme"], "auto", 0.9)
-    fits = BudgetFits({"small", "medium"})
-    moved = await downgrade_to_fit(decision, cfg, cfg.tenants["acme"], "acme", fits)
-    assert moved.tier == "medium"
-    assert fits.asked == [("acme", "large"), ("acme", "medium")]
-    assert "downgraded to medium" in moved.trail[-1]
-    broke = await downgrade_to_fit(decision, cfg, cfg.tenants["acme"], "acme", BudgetFits(set()))
-    assert broke.tier == "medium"  # never below min_tier; the reservation refuses later
-    assert "no tier fits" in broke.trail[-1]
-
-
-async def test_budget_hook_never_moves_an_explicit_choice() -> None:
-    cfg = config()
-    decision = decide(cfg, cfg.tenants["acme"], "large")
-    fits = BudgetFits(set())
-    assert (await downgrade_to_fit(decision, cfg, cfg.tenants["acme"], "acme", fits)) is decision
-    assert fits.asked == []
 
 
 def test_budget_downgrade_in_spend_respects_min_and_allowed_tiers() -> None:
