@@ -33,6 +33,8 @@ class GenerationRequest:
     tools: tuple[Mapping[str, Any], ...] | None = None
     tool_choice: Any = None
     response_format: Mapping[str, Any] | None = None
+    # The client wants one answer, not a stream: an engine that can fetch it whole may.
+    whole: bool = False
 
 
 @dataclass(frozen=True, slots=True)

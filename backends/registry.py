@@ -17,6 +17,7 @@ BACKENDS: dict[str, str] = {
     "litellm": "backends.litellm:LiteLLMEngine",
     "vllm": "backends.vllm:VllmEngine",
     "sglang": "backends.sglang:SglangEngine",
+    "openai": "backends.openai_compat:OpenAICompatEngine",
 }
 
 

@@ -53,13 +53,23 @@ def authenticate(request: Request, state: GatewayState) -> Principal:
 
 
 async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
-    """Run ``work``, cancelling it if the client goes away first (non-streaming requests)."""
-    task = asyncio.ensure_future(work)
+    """Run ``work``, cancelling it if the client goes away first (non-streaming requests).
+
+    ``work`` runs in this task; only the watcher is a task of its own (one task and no
+    ``asyncio.wait`` per request: this is on every request's path).
+    """
+    task = asyncio.current_task()
+    assert task is not None
     watcher = asyncio.ensure_future(wait_disconnect(request.receive))
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if not task.done():
+    finished = False
+
+    def client_gone(done: asyncio.Future[None]) -> None:
+        if not finished and not done.cancelled() and done.exception() is None:
             task.cancel()
+
+    watcher.add_done_callback(client_gone)
+    try:
+        return await work
+    finally:
+        finished = True
         watcher.cancel()
-    return await task

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
+from time import perf_counter
 from typing import Any
 
 from opentelemetry.context import Context
@@ -39,6 +40,7 @@ from starlette.responses import Response
 
 from gateway.errors import ApiError
 from gateway.sse import EventStreamResponse
+from gateway.timing import StageTimer, current_timer
 
 log = logging.getLogger(__name__)
 
@@ -74,13 +76,20 @@ class RequestTrace:
         self, name: str, attributes: Mapping[str, AttributeValue] | None = None
     ) -> AbstractContextManager[Span]:
         """A child span around a block; an exception marks it failed and passes through."""
+        timer = current_timer()  # per-stage Server-Timing (server.timing_header)
         if self._tracer is None:
-            return _NO_STAGE
-        return self._stage(name, attributes)
+            return _NO_STAGE if timer is None else _timed_stage(timer, name)
+        return self._stage(name, attributes, timer)
 
     @contextmanager
-    def _stage(self, name: str, attributes: Mapping[str, AttributeValue] | None) -> Any:
+    def _stage(
+        self,
+        name: str,
+        attributes: Mapping[str, AttributeValue] | None,
+        timer: StageTimer | None = None,
+    ) -> Any:
         span = self.start(name, attributes)
+        started = perf_counter()
         try:
             yield span
         except BaseException as exc:
@@ -89,6 +98,8 @@ class RequestTrace:
             raise
         finally:
             span.end()
+            if timer is not None:
+                timer.add(name, perf_counter() - started)
 
     def start(
         self,
@@ -118,6 +129,15 @@ class RequestTrace:
             self.root.set_attribute("error.type", error_type)
             self.root.set_status(Status(StatusCode.ERROR, error_type))
         self.root.end()
+
+
+@contextmanager
+def _timed_stage(timer: StageTimer, name: str) -> Iterator[Span]:
+    started = perf_counter()
+    try:
+        yield INVALID_SPAN
+    finally:
+        timer.add(name, perf_counter() - started)
 
 
 NO_TRACE = RequestTrace(None, INVALID_SPAN)

@@ -18,6 +18,7 @@ class ServerConfig(Frozen):
     port: int = Field(8000, ge=0, le=65535)
     max_body_bytes: int = Field(4 * 1024 * 1024, gt=0)
     request_timeout_s: float = Field(600.0, gt=0)
+    timing_header: bool = False  # per-stage ``Server-Timing`` on responses (for bench/)
 
 
 class EngineSpec(Frozen):

@@ -13,6 +13,7 @@ from gateway.http import authenticate, read_body
 from gateway.respond import respond
 from gateway.serving import Execution, new_request_id, route
 from gateway.state import get_state
+from gateway.timing import begin_request, lap
 from gateway.wire import chat as wire
 from gateway.wire.common import parse_body
 
@@ -28,7 +29,7 @@ def to_generation(body: wire.ChatCompletionRequest) -> GenerationRequest:
             seed=body.seed,
             stop=body.stop_tuple(),
         ),
-        messages=tuple(m.model_dump(exclude_none=True) for m in body.messages),
+        messages=tuple(m.as_dict() for m in body.messages),
         tools=tuple(body.tools) if body.tools else None,
         tool_choice=body.tool_choice,
         response_format=body.response_format,
@@ -37,9 +38,11 @@ def to_generation(body: wire.ChatCompletionRequest) -> GenerationRequest:
 
 async def chat_completions(request: Request) -> Response:
     state = get_state(request)
-    principal = authenticate(request, state)
+    begin_request(state.config.server.timing_header)
+    principal = authenticate(request, state)  # times itself: tracing stage "auth"
     raw = await read_body(request, state.config.server.max_body_bytes)
     body = parse_body(wire.ChatCompletionRequest, raw)
+    lap("parse")
     routed = await route(
         state,
         principal,
@@ -50,6 +53,7 @@ async def chat_completions(request: Request) -> Response:
         cache_control=request.headers.get("cache-control"),
         forced_tier=request.headers.get("x-tiergate-tier"),
     )
+    lap("route")
     return await respond(request, Execution(state, routed), _whole, _streamed)
 
 

@@ -14,6 +14,7 @@ from gateway.http import authenticate, read_body
 from gateway.respond import respond
 from gateway.serving import Execution, new_request_id, route
 from gateway.state import get_state
+from gateway.timing import begin_request, lap
 from gateway.wire import completions as wire
 from gateway.wire.chat import usage_chunk_body
 from gateway.wire.common import parse_body
@@ -42,9 +43,11 @@ def to_generation(body: wire.CompletionRequest) -> GenerationRequest:
 
 async def completions(request: Request) -> Response:
     state = get_state(request)
-    principal = authenticate(request, state)
+    begin_request(state.config.server.timing_header)
+    principal = authenticate(request, state)  # times itself: tracing stage "auth"
     raw = await read_body(request, state.config.server.max_body_bytes)
     body = parse_body(wire.CompletionRequest, raw)
+    lap("parse")
     routed = await route(
         state,
         principal,
@@ -55,6 +58,7 @@ async def completions(request: Request) -> Response:
         cache_control=request.headers.get("cache-control"),
         forced_tier=request.headers.get("x-tiergate-tier"),
     )
+    lap("route")
     return await respond(request, Execution(state, routed), _whole, _streamed)
 
 

@@ -25,6 +25,21 @@ class ChatMessage(BaseModel):
             raise ValueError(f"a {self.role} message needs content")
         return self
 
+    def as_dict(self) -> dict[str, Any]:
+        """``model_dump(exclude_none=True)``, built by hand: this runs for every message."""
+        out: dict[str, Any] = {"role": self.role}
+        if self.content is not None:
+            out["content"] = self.content
+        if self.name is not None:
+            out["name"] = self.name
+        if self.tool_calls is not None:
+            out["tool_calls"] = self.tool_calls
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        if self.model_extra:
+            out.update((k, v) for k, v in self.model_extra.items() if v is not None)
+        return out
+
     def text(self) -> str:
         """The message's text; multi-part content keeps its text parts only."""
         if isinstance(self.content, str):
