@@ -299,6 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for process in processes.values():
             process.stop()
+        if "tiergate-pipeline" in processes:
+            dropped = targets.drop_pipeline_keys(args.redis_url)
+            print(f"removed {dropped} Redis keys under {targets.pipeline_prefix()}*", flush=True)
     elapsed = time.monotonic() - started
     table = report.render(bench.results, ramps, memory, args, elapsed, pipeline_note)
     print(table)

@@ -21,8 +21,9 @@ STAGES = (
     ("embedding", "embed the prompt"),
     ("classification", "complexity classifier"),
     ("route", "tier decision"),
-    ("budget.reservation", "budget reservation (Redis)"),
-    ("settlement", "pricing, budget settlement, cache fill"),
+    ("budget.reservation", "rate limits + budget reservation (Redis)"),
+    ("settlement", "pricing the usage, cache fill"),
+    ("budget.settle", "budget settlement (Redis)"),
 )
 ENGINE_STAGE = "engine"
 

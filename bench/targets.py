@@ -215,8 +215,31 @@ def pipeline_config(upstream: str, redis_url: str, overlay: dict[str, Any]) -> d
         f"tier-{t}": {"input": 0.1 * 10**i, "output": 0.2 * 10**i} for i, t in enumerate(tiers)
     }
     config["redis_url"] = redis_url
+    config["redis_prefix"] = pipeline_prefix()
     config["server"]["timing_header"] = True
     return _merge(config, overlay)
+
+
+_PREFIX = f"tgbench{os.getpid()}x{int(time.time())}"
+
+
+def pipeline_prefix() -> str:
+    """This run's Redis key prefix (the Redis may be shared: never touch other keys)."""
+    return _PREFIX
+
+
+def drop_pipeline_keys(redis_url: str) -> int:
+    """Delete this run's keys (only those under its own prefix)."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        keys = list(client.scan_iter(match=_PREFIX + "*", count=1000))
+        for start in range(0, len(keys), 500):
+            client.delete(*keys[start : start + 500])
+        return len(keys)
+    finally:
+        client.close()
 
 
 def _merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:

@@ -194,7 +194,8 @@ class Execution:
         """Admit, then get the first chunk, failing over along the tier chain while
         nothing was sent."""
         try:
-            tier, self.ticket = await budgeting.admit(self.state, self.routed)
+            with timed("budget.reservation"):
+                tier, self.ticket = await budgeting.admit(self.state, self.routed)
         except ApiError as exc:  # refused (429) or the budget store is down (503)
             self._fail(exc.code or "refused")
             raise
@@ -405,7 +406,8 @@ class Execution:
             ttft_ms=((self._first_at or ended) - self.started) * 1000,
             status=status,
         )
-        await budgeting.settle(self.state, self.routed, ticket, self.outcome, progress)
+        with timed("budget.settle"):
+            await budgeting.settle(self.state, self.routed, ticket, self.outcome, progress)
 
     def headers(self) -> dict[str, str]:
         headers = {

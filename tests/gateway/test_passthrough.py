@@ -66,7 +66,16 @@ async def test_non_stream_passes_text_and_usage_through(
     sent = upstream.stats.bodies[-1]
     assert "stream" not in sent and sent["max_tokens"] == 7 and sent["messages"] == MESSAGES
     stages = [part.split(";")[0] for part in raw.headers["server-timing"].split(", ")]
-    assert stages == ["auth", "parse", "route", "engine", "settlement", "total"]
+    assert stages == [
+        "auth",
+        "parse",
+        "route",
+        "budget.reservation",
+        "engine",
+        "settlement",
+        "budget.settle",
+        "total",
+    ]
 
 
 async def test_stream_passes_chunks_and_usage_through(gateway: RunningGateway) -> None:
