@@ -103,8 +103,15 @@ class MemoryBudgetStore:
         for field in reservation.fields:
             self._spent[field] = self._spent.get(field, 0) + amount
         self._settled[reservation.request_id] = clock
-        for request_id in [r for r, t in self._settled.items() if t < clock - SETTLED_KEEP_S]:
-            del self._settled[request_id]
+        # Oldest first (insertion order): drop from the front, so each settle costs O(1)
+        # amortised; a scan of every id settled in the last day was half the CPU of a
+        # passthrough request at 1,000 req/s (bench/overhead.py).
+        cutoff = clock - SETTLED_KEEP_S
+        while self._settled:
+            oldest = next(iter(self._settled))
+            if self._settled[oldest] >= cutoff:
+                break
+            del self._settled[oldest]
         if event is not None:
             # MemoryLedger.record never awaits, so this stays one uninterrupted step.
             await self.ledger.record(event)
