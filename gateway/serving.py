@@ -122,7 +122,8 @@ async def route(
         embedding = EmbeddingOnce(state.embedder, text)
     complexity, note = None, None
     if requested_model == "auto" and forced_tier is None:
-        complexity, note = await _complexity(state, embedding, build)
+        with timed("classification"):  # includes the embedding, which it computes first
+            complexity, note = await _complexity(state, embedding, build)
     config = state.config
     try:
         decision = decide(
@@ -248,7 +249,8 @@ class Execution:
         if plan is None or cache is None:
             return False
         if plan.lookup:
-            found = await cache.lookup(plan, self.routed.embedding)
+            with timed("cache.lookup"):
+                found = await cache.lookup(plan, self.routed.embedding)
             self.outcome.cache, self.outcome.similarity = found.status, found.similarity
             if found.response is not None:
                 hit = self._hit = found.response
