@@ -32,7 +32,8 @@ from policies.store import StoreUnavailable
 from policies.tenants import Principal
 
 if TYPE_CHECKING:
-    from gateway.serving import Outcome, RoutedRequest
+    from gateway.routing import RoutedRequest
+    from gateway.serving import Outcome
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,8 @@ from gateway.metrics import RequestRecord
 from gateway.tracing import RequestTrace
 
 if TYPE_CHECKING:
-    from gateway.serving import Execution, RoutedRequest
+    from gateway.routing import RoutedRequest
+    from gateway.serving import Execution
 
 
 def status_of(error: str | None) -> str:

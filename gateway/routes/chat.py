@@ -11,7 +11,8 @@ from starlette.responses import Response
 from backends.base import Chunk, GenerationRequest, SamplingParams
 from gateway.http import authenticate, read_body
 from gateway.respond import respond
-from gateway.serving import Execution, new_request_id, route
+from gateway.routing import new_request_id, route
+from gateway.serving import Execution
 from gateway.state import get_state
 from gateway.timing import begin_request, lap
 from gateway.wire import chat as wire

@@ -14,7 +14,7 @@ from starlette.responses import Response
 from gateway.errors import InvalidRequest
 from gateway.http import authenticate, read_body
 from gateway.routes import chat, completions
-from gateway.serving import route
+from gateway.routing import route
 from gateway.state import get_state
 from gateway.wire import chat as chat_wire
 from gateway.wire import completions as completions_wire
