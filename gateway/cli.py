@@ -77,6 +77,28 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+BENCHMARKS = {
+    "overhead": "overhead.py",  # tiergate vs LiteLLM proxy, passthrough and full pipeline
+    "classify": "classify_latency.py",
+    "cache": "cache_latency.py",
+    "cache-pairs": "cache_pairs.py",
+    "budgets": "budget_overhead.py",
+    "observability": "observability_overhead.py",
+    "embedded": "embedded.py",
+    "vllm": "vllm_inprocess.py",
+}
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import subprocess
+
+    script = Path(__file__).resolve().parent.parent / "bench" / BENCHMARKS[args.name]
+    if not script.is_file():
+        print(f"{script} not found: benchmarks run from a source checkout", file=sys.stderr)
+        return 2
+    return subprocess.call([sys.executable, str(script), *args.args])
+
+
 Command = Callable[[argparse.Namespace], int]
 
 
@@ -99,6 +121,15 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="validate YAML config files")
     check.add_argument("files", nargs="+", type=Path)
     check.set_defaults(func=cmd_check_config)
+
+    bench = sub.add_parser(
+        "bench",
+        help="run a benchmark script from the repository's bench/ folder",
+        description="Benchmarks live in bench/ of a source checkout: " + ", ".join(BENCHMARKS),
+    )
+    bench.add_argument("name", choices=sorted(BENCHMARKS))
+    bench.add_argument("args", nargs=argparse.REMAINDER, help="passed to the script")
+    bench.set_defaults(func=cmd_bench)
 
     from gateway.cli_routing import add_commands
 
