@@ -1,21 +1,55 @@
-"""Turn an ``Execution`` into an HTTP response: one JSON body, or an SSE stream."""
+"""The generation endpoints' shared path: authenticate, parse, route, run, and turn the
+``Execution`` into an HTTP response (one JSON body, or an SSE stream)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from backends.base import Chunk
-from gateway.http import until_disconnect
+from backends.base import Chunk, GenerationRequest
+from gateway.http import authenticate, read_body, until_disconnect
+from gateway.routing import route
 from gateway.serving import Execution
 from gateway.sse import EventStreamResponse, sse
+from gateway.state import get_state
+from gateway.timing import begin_request, lap
+from gateway.wire.common import SamplingFields, parse_body
 
 BodyBuilder = Callable[[Execution, str, Chunk], dict[str, Any]]
 StreamBuilder = Callable[[Execution], AsyncIterator[dict[str, Any]]]
+Body = TypeVar("Body", bound=SamplingFields)
+
+
+async def generate(
+    request: Request,
+    wire_model: type[Body],
+    to_generation: Callable[[Body], GenerationRequest],
+    whole: BodyBuilder,
+    streamed: StreamBuilder,
+) -> Response:
+    """What every generation endpoint does; only the wire shapes differ."""
+    state = get_state(request)
+    begin_request(state.config.server.timing_header)
+    principal = authenticate(request, state)  # times itself: tracing stage "auth"
+    raw = await read_body(request, state.config.server.max_body_bytes)
+    body = parse_body(wire_model, raw)
+    lap("parse")
+    routed = await route(
+        state,
+        principal,
+        body.model,
+        to_generation(body),
+        stream=body.stream,
+        include_usage=body.include_usage,
+        cache_control=request.headers.get("cache-control"),
+        forced_tier=request.headers.get("x-tiergate-tier"),
+    )
+    lap("route")
+    return await respond(request, Execution(state, routed), whole, streamed)
 
 
 async def respond(

@@ -9,14 +9,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from backends.base import Chunk, GenerationRequest, SamplingParams
-from gateway.http import authenticate, read_body
-from gateway.respond import respond
-from gateway.routing import new_request_id, route
+from gateway.respond import generate
+from gateway.routing import new_request_id
 from gateway.serving import Execution
-from gateway.state import get_state
-from gateway.timing import begin_request, lap
 from gateway.wire import chat as wire
-from gateway.wire.common import parse_body
 
 
 def to_generation(body: wire.ChatCompletionRequest) -> GenerationRequest:
@@ -38,24 +34,7 @@ def to_generation(body: wire.ChatCompletionRequest) -> GenerationRequest:
 
 
 async def chat_completions(request: Request) -> Response:
-    state = get_state(request)
-    begin_request(state.config.server.timing_header)
-    principal = authenticate(request, state)  # times itself: tracing stage "auth"
-    raw = await read_body(request, state.config.server.max_body_bytes)
-    body = parse_body(wire.ChatCompletionRequest, raw)
-    lap("parse")
-    routed = await route(
-        state,
-        principal,
-        body.model,
-        to_generation(body),
-        stream=body.stream,
-        include_usage=body.include_usage,
-        cache_control=request.headers.get("cache-control"),
-        forced_tier=request.headers.get("x-tiergate-tier"),
-    )
-    lap("route")
-    return await respond(request, Execution(state, routed), _whole, _streamed)
+    return await generate(request, wire.ChatCompletionRequest, to_generation, _whole, _streamed)
 
 
 def _whole(run: Execution, text: str, final: Chunk) -> dict[str, Any]:

@@ -10,15 +10,11 @@ from starlette.responses import Response
 
 from backends.base import Chunk, GenerationRequest, SamplingParams
 from gateway.errors import InvalidRequest
-from gateway.http import authenticate, read_body
-from gateway.respond import respond
-from gateway.routing import new_request_id, route
+from gateway.respond import generate
+from gateway.routing import new_request_id
 from gateway.serving import Execution
-from gateway.state import get_state
-from gateway.timing import begin_request, lap
 from gateway.wire import completions as wire
 from gateway.wire.chat import usage_chunk_body
-from gateway.wire.common import parse_body
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for this endpoint
 
@@ -43,24 +39,7 @@ def to_generation(body: wire.CompletionRequest) -> GenerationRequest:
 
 
 async def completions(request: Request) -> Response:
-    state = get_state(request)
-    begin_request(state.config.server.timing_header)
-    principal = authenticate(request, state)  # times itself: tracing stage "auth"
-    raw = await read_body(request, state.config.server.max_body_bytes)
-    body = parse_body(wire.CompletionRequest, raw)
-    lap("parse")
-    routed = await route(
-        state,
-        principal,
-        body.model,
-        to_generation(body),
-        stream=body.stream,
-        include_usage=body.include_usage,
-        cache_control=request.headers.get("cache-control"),
-        forced_tier=request.headers.get("x-tiergate-tier"),
-    )
-    lap("route")
-    return await respond(request, Execution(state, routed), _whole, _streamed)
+    return await generate(request, wire.CompletionRequest, to_generation, _whole, _streamed)
 
 
 def _whole(run: Execution, text: str, final: Chunk) -> dict[str, Any]:
