@@ -37,6 +37,23 @@ class GenerationRequest:
     whole: bool = False
 
 
+def openai_options(request: GenerationRequest) -> dict[str, Any]:
+    """The request's optional fields in OpenAI's shape (unset ones left out), for the
+    backends that speak that protocol."""
+    sampling = request.sampling
+    options = {
+        "max_tokens": sampling.max_tokens,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "seed": sampling.seed,
+        "stop": list(sampling.stop) or None,
+        "tools": list(request.tools) if request.tools else None,
+        "tool_choice": request.tool_choice,
+        "response_format": request.response_format,
+    }
+    return {k: v for k, v in options.items() if v is not None}
+
+
 @dataclass(frozen=True, slots=True)
 class Usage:
     prompt_tokens: int

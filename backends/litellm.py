@@ -10,7 +10,14 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any
 
-from backends.base import Chunk, EngineCounters, EngineLoad, GenerationRequest, Usage
+from backends.base import (
+    Chunk,
+    EngineCounters,
+    EngineLoad,
+    GenerationRequest,
+    Usage,
+    openai_options,
+)
 from backends.errors import (
     EngineError,
     EngineOverloaded,
@@ -90,7 +97,6 @@ class LiteLLMEngine:
         return EngineLoad(running=self.counters.active, healthy=self._litellm is not None)
 
     def _params(self, request: GenerationRequest) -> dict[str, Any]:
-        sampling = request.sampling
         params: dict[str, Any] = {
             "model": self.litellm_model,
             "stream": True,
@@ -99,19 +105,9 @@ class LiteLLMEngine:
             "num_retries": self.max_retries,
             **self.extra,
         }
-        optional = {
-            "api_base": self.api_base,
-            "api_key": self.api_key,
-            "max_tokens": sampling.max_tokens,
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-            "seed": sampling.seed,
-            "stop": list(sampling.stop) or None,
-            "tools": list(request.tools) if request.tools else None,
-            "tool_choice": request.tool_choice,
-            "response_format": request.response_format,
-        }
-        params.update({k: v for k, v in optional.items() if v is not None})
+        endpoint = {"api_base": self.api_base, "api_key": self.api_key}
+        params.update({k: v for k, v in endpoint.items() if v is not None})
+        params.update(openai_options(request))
         if request.prompt is not None:
             params["messages"] = [{"role": "user", "content": request.prompt}]
             params["text_completion"] = True

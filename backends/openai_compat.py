@@ -19,7 +19,14 @@ import aiohttp
 import orjson
 from yarl import URL
 
-from backends.base import Chunk, EngineCounters, EngineLoad, GenerationRequest, Usage
+from backends.base import (
+    Chunk,
+    EngineCounters,
+    EngineLoad,
+    GenerationRequest,
+    Usage,
+    openai_options,
+)
 from backends.errors import (
     EngineError,
     EngineOverloaded,
@@ -121,23 +128,12 @@ class OpenAICompatEngine:
         return EngineLoad(running=self.counters.active, healthy=self._session is not None)
 
     def _payload(self, request: GenerationRequest, stream: bool) -> tuple[URL, bytes]:
-        sampling = request.sampling
         body: dict[str, Any] = {"model": self.upstream_model, **self.extra_body}
         if request.prompt is not None:
             path, body["prompt"] = "/completions", request.prompt
         else:
             path, body["messages"] = "/chat/completions", list(request.messages or ())
-        optional = {
-            "max_tokens": sampling.max_tokens,
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-            "seed": sampling.seed,
-            "stop": list(sampling.stop) or None,
-            "tools": list(request.tools) if request.tools else None,
-            "tool_choice": request.tool_choice,
-            "response_format": request.response_format,
-        }
-        body.update({k: v for k, v in optional.items() if v is not None})
+        body.update(openai_options(request))
         if stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
