@@ -72,6 +72,8 @@ async def one(client: openai.AsyncOpenAI, prompt: str, max_tokens: int) -> int:
         temperature=0.7,
         seed=1,
         stream=True,
+        # Past the prompt cache: a seeded request is cacheable, and prompts repeat.
+        extra_headers={"Cache-Control": "no-cache, no-store"},
         stream_options={"include_usage": True},
     )
     tokens = 0

@@ -128,7 +128,13 @@ def start_gateway(model_dir: Path, port: int, workdir: Path) -> subprocess.Popen
         },
         "tiers": {"small": {"engines": ["tiny"]}},
         "prices": {"tiny-llama": {"input": 0.1, "output": 0.1}},
-        "tenants": {"bench": {"keys": [{"id": "bench", "from_env": "TIERGATE_TEST_KEY"}]}},
+        # The prompt cache off: repeated greedy prompts would be answered without the engine.
+        "tenants": {
+            "bench": {
+                "keys": [{"id": "bench", "from_env": "TIERGATE_TEST_KEY"}],
+                "cache": {"enabled": False},
+            }
+        },
     }
     path = workdir / "gateway.json"  # JSON is YAML
     path.write_text(json.dumps(config))
