@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.admin_auth import require_admin
+from gateway.deps import AdminKeyDep, StateDep
 from gateway.errors import InvalidRequest
-from gateway.state import GatewayState, get_state
+from gateway.state import GatewayState
 from policies.loader import ConfigError
 from policies.schema import GatewayConfig
 from policies.tenants import KeyRing
@@ -104,10 +103,8 @@ def remove_sighup() -> None:
         return
 
 
-async def reload_endpoint(request: Request) -> Response:
+async def reload_endpoint(state: StateDep, _: AdminKeyDep) -> Response:
     """``POST /admin/api/policies/reload`` (admin key)."""
-    state = get_state(request)
-    require_admin(request, state)
     try:
         done = await reload_policies(state)
     except PolicyRejected as exc:

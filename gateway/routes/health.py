@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import orjson
-from starlette.requests import Request
+from fastapi import APIRouter
 from starlette.responses import Response
 
-from gateway.state import get_state
+from gateway.deps import StateDep
+
+router = APIRouter(tags=["operations"])
 
 
-async def healthz(request: Request) -> Response:
+@router.get("/healthz")
+async def healthz() -> Response:
     return Response(b'{"status":"ok"}', media_type="application/json")
 
 
-async def readyz(request: Request) -> Response:
-    state = get_state(request)
+@router.get("/readyz")
+async def readyz(state: StateDep) -> Response:
     tiers = {name: pool.healthy() for name, pool in state.pools.items()}
     store_ok = await state.store.ping()
     ready = state.ready and store_ok and all(tiers.values())

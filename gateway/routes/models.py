@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import orjson
-from starlette.requests import Request
+from fastapi import APIRouter
 from starlette.responses import Response
 
-from gateway.http import authenticate
-from gateway.state import get_state
+from gateway.deps import StateDep, TenantDep
+from gateway.openapi import errors
 
 CREATED = 1_700_000_000
+router = APIRouter(tags=["v1"], responses=errors(401, 500))
 
 
-async def list_models(request: Request) -> Response:
-    state = get_state(request)
-    authenticate(request, state)
+@router.get("/v1/models")
+async def list_models(state: StateDep, _: TenantDep) -> Response:
     config = state.config
     entries = [
         {
