@@ -43,7 +43,14 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {s: {"model": ErrorResponse, "description": _MEANING[s]} for s in statuses}
 
 
-GENERATION_ERRORS = errors(400, 401, 404, 408, 413, 429, 500, 502, 503, 504)
+_STREAMED = {
+    200: {
+        "description": "the completion: JSON, or with stream=true server-sent events "
+        "(data: chunk lines, an error event on failure, always ending in data: [DONE])",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+}
+GENERATION_ERRORS = {**_STREAMED, **errors(400, 401, 404, 408, 413, 429, 500, 502, 503, 504)}
 ADMIN_ERRORS = errors(400, 401, 403, 404, 429, 500, 503)
 
 

@@ -16,7 +16,7 @@ async def healthz() -> Response:
     return Response(b'{"status":"ok"}', media_type="application/json")
 
 
-@router.get("/readyz")
+@router.get("/readyz", responses={503: {"description": "not ready (the body says why)"}})
 async def readyz(state: StateDep) -> Response:
     tiers = {name: pool.healthy() for name, pool in state.pools.items()}
     store_ok = await state.store.ping()
