@@ -22,6 +22,7 @@ from gateway.admin.routes import admin_router
 from gateway.admin_auth import weak_admin_key
 from gateway.cache.build import close_cache, open_cache
 from gateway.error_boundary import install_error_handling
+from gateway.http import GatewayRoute
 from gateway.metrics import GatewayMetrics
 from gateway.openapi import ADMIN_ERRORS, GatewayApp
 from gateway.reload import install_sighup, reload_endpoint, remove_sighup
@@ -185,6 +186,7 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
+    app.router.route_class = GatewayRoute
     install_error_handling(app)
     for router in (
         chat.router,

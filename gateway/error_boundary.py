@@ -90,10 +90,13 @@ class ErrorBoundary:
         except Exception:
             request_id = error_request_id()
             log.exception("%s: unhandled error on %s", request_id, scope.get("path"))
-            if not progress["started"]:
-                await internal_error(request_id).response()(scope, receive, send)
-            elif not progress["ended"]:
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            try:
+                if not progress["started"]:
+                    await internal_error(request_id).response()(scope, receive, send)
+                elif not progress["ended"]:
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+            except OSError:
+                log.info("%s: the client left before the error could be sent", request_id)
 
 
 def install_error_handling(app: FastAPI) -> None:

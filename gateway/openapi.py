@@ -12,9 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from gateway.deps import SECURITY
 from gateway.wire.admin import BudgetUpdate
 from gateway.wire.chat import ChatCompletionRequest
 from gateway.wire.completions import CompletionRequest
@@ -22,6 +24,19 @@ from gateway.wire.errors import ErrorResponse
 
 BODY_MODELS: tuple[type[BaseModel], ...] = (ChatCompletionRequest, CompletionRequest, BudgetUpdate)
 REF = "#/components/schemas/{model}"
+SECURITY_SCHEMES = {
+    "tenantKey": {"type": "http", "scheme": "bearer", "description": "a tenant API key"},
+    "adminKey": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "the admin key (the dashboard uses a session cookie instead)",
+    },
+    "metricsToken": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "the scraper token, when metrics.token_* sets one",
+    },
+}
 
 _MEANING = {
     400: "invalid request (the error's param names the field)",
@@ -43,7 +58,7 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {s: {"model": ErrorResponse, "description": _MEANING[s]} for s in statuses}
 
 
-_STREAMED = {
+_STREAMED: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "the completion: JSON, or with stream=true server-sent events "
         "(data: chunk lines, an error event on failure, always ending in data: [DONE])",
@@ -80,5 +95,18 @@ class GatewayApp(FastAPI):
                     operation["responses"].pop("422", None)
             components.pop("HTTPValidationError", None)
             components.pop("ValidationError", None)
+            schema["components"]["securitySchemes"] = SECURITY_SCHEMES
+            self._declare_security(schema["paths"])
             self.openapi_schema = schema
         return self.openapi_schema
+
+    def _declare_security(self, paths: dict[str, Any]) -> None:
+        """Each operation names the scheme its one dependency checks (``gateway.deps``)."""
+        for route in self.routes:
+            if not isinstance(route, APIRoute) or route.path_format not in paths:
+                continue
+            schemes = {SECURITY[d.call] for d in route.dependant.dependencies if d.call in SECURITY}
+            for method in route.methods:
+                operation = paths[route.path_format].get(method.lower())
+                if operation is not None and schemes:
+                    operation["security"] = [{name: []} for name in sorted(schemes)]

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from gateway.deps import AdminKeyDep, StateDep
+from gateway.deps import AdminKeyDep
 from gateway.errors import InvalidRequest
 from gateway.state import GatewayState
 from policies.loader import ConfigError
@@ -103,7 +103,7 @@ def remove_sighup() -> None:
         return
 
 
-async def reload_endpoint(state: StateDep, _: AdminKeyDep) -> Response:
+async def reload_endpoint(state: AdminKeyDep) -> Response:
     """``POST /admin/api/policies/reload`` (admin key)."""
     try:
         done = await reload_policies(state)

@@ -19,7 +19,7 @@ from starlette.responses import Response
 
 from gateway.admin import report
 from gateway.admin.budgets import budget_limits
-from gateway.deps import AdminDep, StateDep
+from gateway.deps import AdminDep
 from gateway.errors import InvalidRequest, ServiceUnavailable
 from gateway.state import GatewayState
 from policies.ledger import SpendEvent, days_between
@@ -66,9 +66,7 @@ async def _events(state: GatewayState, start: date, end: date) -> list[SpendEven
     return await state.ledger.events(start_ts, end_ts, EVENT_SAMPLE)
 
 
-async def overview(
-    state: StateDep, _: AdminDep, start: str | None = None, end: str | None = None
-) -> Response:
+async def overview(state: AdminDep, start: str | None = None, end: str | None = None) -> Response:
     first, last = date_range(start, end)
     return await _overview(state, first, last)
 
@@ -94,9 +92,7 @@ async def _overview(state: GatewayState, start: date, end: date) -> Response:
     return _json(await asyncio.to_thread(build))
 
 
-async def denials(
-    state: StateDep, _: AdminDep, start: str | None = None, end: str | None = None
-) -> Response:
+async def denials(state: AdminDep, start: str | None = None, end: str | None = None) -> Response:
     """The newest refused requests (budget, rate limit) among the newest events of the range."""
     return await _denials(state, *date_range(start, end))
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from gateway.admin import api, pages
+from gateway.http import GatewayRoute
 from gateway.openapi import ADMIN_ERRORS
 
 
 def admin_router() -> APIRouter:
-    router = APIRouter(tags=["admin"])
+    router = APIRouter(route_class=GatewayRoute, tags=["admin"])
     router.add_api_route("/admin", pages.dashboard, methods=["GET"], include_in_schema=False)
     router.add_api_route("/admin/login", pages.login, methods=["POST"], include_in_schema=False)
     router.add_api_route("/admin/logout", pages.logout, methods=["POST"], include_in_schema=False)

@@ -14,9 +14,9 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.deps import AdminDep, StateDep
+from gateway.deps import AdminDep
 from gateway.errors import ApiError, InvalidRequest
-from gateway.http import read_body
+from gateway.http import GatewayRoute, read_body
 from gateway.openapi import ADMIN_ERRORS, request_body
 from gateway.state import GatewayState
 from gateway.wire.admin import BudgetUpdate
@@ -27,7 +27,9 @@ from policies.spending import tenant_scopes
 from policies.store import StoreUnavailable
 
 MAX_DAYS = 400
-router = APIRouter(prefix="/admin/api/budgets", tags=["admin"], responses=ADMIN_ERRORS)
+router = APIRouter(
+    route_class=GatewayRoute, prefix="/admin/api/budgets", tags=["admin"], responses=ADMIN_ERRORS
+)
 
 
 class NotFound(ApiError):
@@ -59,7 +61,7 @@ def _unavailable(exc: StoreUnavailable) -> ApiError:
 
 
 @router.get("")
-async def list_budgets(state: StateDep, _: AdminDep) -> Response:
+async def list_budgets(state: AdminDep) -> Response:
     config = state.config
     scopes = [Scope(GLOBAL_SCOPE, config.budgets.global_budget)]
     for tenant in config.tenants:
@@ -101,7 +103,7 @@ def _scope_name(state: GatewayState, update: BudgetUpdate) -> str:
 
 
 @router.put("", openapi_extra=request_body(BudgetUpdate))
-async def set_budget(request: Request, state: StateDep, _: AdminDep) -> Response:
+async def set_budget(request: Request, state: AdminDep) -> Response:
     timeout = state.config.server.header_timeout_s
     update = parse_body(BudgetUpdate, await read_body(request, 64 * 1024, timeout))
     scope = _scope_name(state, update)
@@ -131,8 +133,7 @@ def _day(text: str | None, default: date, name: str) -> date:
 
 @router.get("/spend")
 async def spend_by_day(
-    state: StateDep,
-    _: AdminDep,
+    state: AdminDep,
     start: str | None = None,
     end: str | None = None,
     tenant: str | None = None,

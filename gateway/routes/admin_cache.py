@@ -10,12 +10,15 @@ from starlette.responses import Response
 
 from gateway.cache.service import PromptCache
 from gateway.cache.storage import CacheUnavailable, TenantUsage
-from gateway.deps import AdminKeyDep, StateDep
+from gateway.deps import AdminKeyDep
 from gateway.errors import ApiError, ServiceUnavailable
+from gateway.http import GatewayRoute
 from gateway.openapi import ADMIN_ERRORS
 from gateway.state import GatewayState
 
-router = APIRouter(prefix="/admin/api/cache", tags=["admin"], responses=ADMIN_ERRORS)
+router = APIRouter(
+    route_class=GatewayRoute, prefix="/admin/api/cache", tags=["admin"], responses=ADMIN_ERRORS
+)
 
 
 class UnknownTenant(ApiError):
@@ -49,7 +52,7 @@ def _usage_body(usage: TenantUsage) -> dict[str, Any]:
 
 
 @router.get("")
-async def cache_usage(state: StateDep, _: AdminKeyDep) -> Response:
+async def cache_usage(state: AdminKeyDep) -> Response:
     cache = _cache(state)
     tenants: dict[str, Any] = {}
     try:
@@ -77,7 +80,7 @@ async def cache_usage(state: StateDep, _: AdminKeyDep) -> Response:
 
 
 @router.get("/{tenant}")
-async def tenant_usage(tenant: str, state: StateDep, _: AdminKeyDep) -> Response:
+async def tenant_usage(tenant: str, state: AdminKeyDep) -> Response:
     cache = _cache(state)
     tenant = _tenant(state, tenant)
     try:
@@ -88,7 +91,7 @@ async def tenant_usage(tenant: str, state: StateDep, _: AdminKeyDep) -> Response
 
 
 @router.delete("/{tenant}")
-async def flush_tenant(tenant: str, state: StateDep, _: AdminKeyDep) -> Response:
+async def flush_tenant(tenant: str, state: AdminKeyDep) -> Response:
     cache = _cache(state)
     tenant = _tenant(state, tenant)
     try:

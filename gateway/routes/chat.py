@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from backends.base import Chunk, GenerationRequest, SamplingParams
-from gateway.deps import StateDep, TenantDep
+from gateway.deps import TenantDep
 from gateway.http import TracedRoute
 from gateway.openapi import GENERATION_ERRORS, request_body
 from gateway.respond import generate
@@ -43,9 +43,15 @@ router = APIRouter(route_class=TracedRoute, tags=["v1"], responses=GENERATION_ER
 @router.post(
     "/v1/chat/completions", name="chat", openapi_extra=request_body(wire.ChatCompletionRequest)
 )
-async def chat_completions(request: Request, state: StateDep, principal: TenantDep) -> Response:
+async def chat_completions(request: Request, call: TenantDep) -> Response:
     return await generate(
-        request, state, principal, wire.ChatCompletionRequest, to_generation, _whole, _streamed
+        request,
+        call.state,
+        call.principal,
+        wire.ChatCompletionRequest,
+        to_generation,
+        _whole,
+        _streamed,
     )
 
 

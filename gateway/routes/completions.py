@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from backends.base import Chunk, GenerationRequest, SamplingParams
-from gateway.deps import StateDep, TenantDep
+from gateway.deps import TenantDep
 from gateway.errors import InvalidRequest
 from gateway.http import TracedRoute
 from gateway.openapi import GENERATION_ERRORS, request_body
@@ -48,9 +48,15 @@ router = APIRouter(route_class=TracedRoute, tags=["v1"], responses=GENERATION_ER
 @router.post(
     "/v1/completions", name="text_completion", openapi_extra=request_body(wire.CompletionRequest)
 )
-async def completions(request: Request, state: StateDep, principal: TenantDep) -> Response:
+async def completions(request: Request, call: TenantDep) -> Response:
     return await generate(
-        request, state, principal, wire.CompletionRequest, to_generation, _whole, _streamed
+        request,
+        call.state,
+        call.principal,
+        wire.CompletionRequest,
+        to_generation,
+        _whole,
+        _streamed,
     )
 
 

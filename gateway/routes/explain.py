@@ -12,9 +12,9 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.deps import StateDep, TenantDep
+from gateway.deps import TenantDep
 from gateway.errors import InvalidRequest
-from gateway.http import read_body
+from gateway.http import GatewayRoute, read_body
 from gateway.openapi import errors, request_body
 from gateway.routes import chat, completions
 from gateway.routing import route
@@ -22,14 +22,17 @@ from gateway.wire import chat as chat_wire
 from gateway.wire import completions as completions_wire
 from gateway.wire.common import parse_body
 
-router = APIRouter(tags=["v1"], responses=errors(400, 401, 404, 408, 413, 429, 500, 503))
+router = APIRouter(
+    route_class=GatewayRoute, tags=["v1"], responses=errors(400, 401, 404, 408, 413, 429, 500, 503)
+)
 
 
 @router.post(
     "/v1/route",
     openapi_extra=request_body(chat_wire.ChatCompletionRequest, completions_wire.CompletionRequest),
 )
-async def explain_route(request: Request, state: StateDep, principal: TenantDep) -> Response:
+async def explain_route(request: Request, call: TenantDep) -> Response:
+    state, principal = call.state, call.principal
     server = state.config.server
     raw = await read_body(request, server.max_body_bytes, server.header_timeout_s)
     try:

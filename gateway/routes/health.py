@@ -7,8 +7,9 @@ from fastapi import APIRouter
 from starlette.responses import Response
 
 from gateway.deps import StateDep
+from gateway.http import GatewayRoute
 
-router = APIRouter(tags=["operations"])
+router = APIRouter(route_class=GatewayRoute, tags=["operations"])
 
 
 @router.get("/healthz")

@@ -6,16 +6,17 @@ import orjson
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from gateway.deps import StateDep, TenantDep
+from gateway.deps import TenantDep
+from gateway.http import GatewayRoute
 from gateway.openapi import errors
 
 CREATED = 1_700_000_000
-router = APIRouter(tags=["v1"], responses=errors(401, 500))
+router = APIRouter(route_class=GatewayRoute, tags=["v1"], responses=errors(401, 500))
 
 
 @router.get("/v1/models")
-async def list_models(state: StateDep, _: TenantDep) -> Response:
-    config = state.config
+async def list_models(call: TenantDep) -> Response:
+    config = call.state.config
     entries = [
         {
             "id": "auto",

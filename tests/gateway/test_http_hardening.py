@@ -10,11 +10,12 @@ import time
 from typing import Any
 
 import httpx
-import pytest
+import orjson
+import yaml
 
 from gateway.throttle import GuessThrottle
 from policies.budget import tenant_scope
-from policies.schema import GatewayConfig
+from policies.schema import MetricsConfig
 from policies.spending import tenant_scopes
 from tests.gateway.ledger_seed import ADMIN_KEY
 from tests.support import PYTHON, REPO, TEST_KEY, fake_config, running_gateway, subprocess_env
@@ -110,7 +111,7 @@ def test_a_reader_that_stops_reading_is_cut_off_and_frees_slot_and_hold() -> Non
     config["server"] = {"write_timeout_s": 1.0}
     config["budgets"] = {"max_output_tokens": {"fake-small": 100_000}}
     config["tenants"]["acme"]["budget"] = {"limit_usd": 1000.0, "window": "daily"}
-    body = b'{"model":"small","stream":true,"max_tokens":60000,"messages":[{"role":"user","content":"hi"}]}'
+    body = orjson.dumps({**CHAT, "stream": True, "max_tokens": 60_000})
     with running_gateway(config) as gateway:
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -170,7 +171,7 @@ def test_guess_throttle_counts_per_client_and_in_total() -> None:
 
 def test_a_short_admin_key_refuses_to_start(tmp_path: Any) -> None:
     path = tmp_path / "gateway.yaml"
-    path.write_text("{}\n")
+    path.write_text(yaml.safe_dump(fake_config()))
     env = subprocess_env(TIERGATE_ADMIN_KEY="short-key")
     done = subprocess.run(
         [PYTHON, "-m", "gateway", "serve", "--config", str(path), "--port", "0"],
@@ -202,11 +203,10 @@ def test_metrics_can_require_a_bearer_token() -> None:
 
 
 def test_metrics_have_no_tenant_label_by_default() -> None:
-    assert GatewayConfig().metrics.tenant_label is False
+    assert MetricsConfig().tenant_label is False
     with running_gateway(fake_config()) as gateway:
         assert httpx.post(
             gateway.base_url + "/v1/chat/completions", headers=auth(), json=CHAT
         ).is_success
         text = httpx.get(gateway.base_url + "/metrics").text
         assert "tiergate_requests_total{" in text and 'tenant="' not in text
-
