@@ -7,6 +7,10 @@ Drives the ASGI app directly (one event loop, no network, no load generator) wit
 ``POST /v1/chat/completions`` on the protocol fake (8 tokens, JSON and stream) and
 ``GET /v1/models``, and reports process CPU microseconds per request: median and range
 over rounds. Run it for the baseline and the change in the same session, alternating.
+
+``--body`` compares, on two bare routes added for the run, the gateway's own body
+parsing (bounded read, orjson, ``model_validate``) with FastAPI's (the wire model as a
+body parameter): why the routes parse bodies themselves and only feed the schema.
 """
 
 from __future__ import annotations
@@ -19,8 +23,13 @@ import time
 from typing import Any
 
 import orjson
+from fastapi import Request
+from starlette.responses import Response
 
 from gateway.app import create_app
+from gateway.http import read_body
+from gateway.wire.chat import ChatCompletionRequest
+from gateway.wire.common import parse_body
 from policies.schema import GatewayConfig
 
 KEY = "tg-bench-key-0123456789"
@@ -94,7 +103,20 @@ async def measure(app: Any, method: str, path: str, body: bytes, n: int) -> floa
     return (time.process_time() - started) * 1e6 / n
 
 
-async def main(rounds: int, n: int) -> None:
+def add_body_routes(app: Any) -> None:
+    # FastAPI reads these annotations by name: Request and the model are module imports.
+    async def own(request: Request) -> Response:
+        body = parse_body(ChatCompletionRequest, await read_body(request, 1 << 22, 10.0))
+        return Response(body.model.encode())
+
+    async def fastapi_body(body: ChatCompletionRequest) -> Response:
+        return Response(body.model.encode())
+
+    app.add_api_route("/bench/own-body", own, methods=["POST"])
+    app.add_api_route("/bench/fastapi-body", fastapi_body, methods=["POST"])
+
+
+async def main(rounds: int, n: int, body: bool) -> None:
     os.environ["BENCH_ROUTE_KEY"] = KEY
     app = create_app(config())
     cases = {
@@ -102,6 +124,12 @@ async def main(rounds: int, n: int) -> None:
         "chat stream": ("POST", "/v1/chat/completions", STREAM),
         "models": ("GET", "/v1/models", b""),
     }
+    if body:
+        add_body_routes(app)
+        cases = {
+            "own body": ("POST", "/bench/own-body", CHAT),
+            "fastapi body": ("POST", "/bench/fastapi-body", CHAT),
+        }
     results: dict[str, list[float]] = {name: [] for name in cases}
     async with app.router.lifespan_context(app):
         for _ in range(rounds):
@@ -109,7 +137,7 @@ async def main(rounds: int, n: int) -> None:
                 results[name].append(await measure(app, method, path, body, n))
     for name, values in results.items():
         print(
-            f"{name:12s} CPU us/request median {statistics.median(values):7.1f} "
+            f"{name:13s} CPU us/request median {statistics.median(values):7.1f} "
             f"range [{min(values):.1f}..{max(values):.1f}] ({rounds} rounds x {n})"
         )
 
@@ -118,5 +146,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--body", action="store_true", help="own body parsing vs FastAPI's")
     args = parser.parse_args()
-    asyncio.run(main(args.rounds, args.requests))
+    asyncio.run(main(args.rounds, args.requests, args.body))
