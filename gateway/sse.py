@@ -65,6 +65,8 @@ class EventStreamResponse(Response):
         self.events = events
         self.on_close = on_close
         self.write_timeout_s = write_timeout_s
+        self.writing = False  # inside a write: it blocks while the client's socket is full
+        self.written = 0
         self.status_code = 200
         self.background = None
         self.init_headers({**headers, "cache-control": "no-cache", "x-accel-buffering": "no"})
@@ -93,19 +95,16 @@ class EventStreamResponse(Response):
             return None
         return _StallWatch(self, writer, self.write_timeout_s)
 
-    _writing = False
-    _written = 0
-
     async def _write(self, send: Send) -> None:
         await send(
             {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
         )
         try:
             async for data in self.events:
-                self._writing = True  # a write blocks while the client's socket is full
+                self.writing = True
                 await send({"type": "http.response.body", "body": data, "more_body": True})
-                self._writing = False
-                self._written += 1
+                self.writing = False
+                self.written += 1
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:
             log.info("client went away mid-stream")
@@ -122,11 +121,11 @@ class _StallWatch:
         self.handle = asyncio.get_running_loop().call_later(timeout, self.check)
 
     def check(self) -> None:
-        if self.stream._writing and self.stream._written == self.seen:
+        if self.stream.writing and self.stream.written == self.seen:
             log.warning("client stopped reading for %ss: stream closed", self.timeout)
             self.writer.cancel()
             return
-        self.seen = self.stream._written
+        self.seen = self.stream.written
         self.handle = asyncio.get_running_loop().call_later(self.timeout, self.check)
 
     def cancel(self) -> None:
