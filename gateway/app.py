@@ -38,10 +38,8 @@ from gateway.routes import (
 )
 from gateway.state import GatewayState
 from gateway.tracing import open_tracing, traced
-from policies.ledger import open_ledger
 from policies.schema import GatewayConfig, PoolSpec
-from policies.spending import open_budget_store, open_rate_limiter
-from policies.store import open_store
+from policies.stores import open_budget_store, open_ledger, open_rate_limiter, open_store
 from policies.tenants import KeyRing
 from routers.setup import RoutingModels
 
@@ -51,11 +49,7 @@ log = logging.getLogger(__name__)
 async def build_state(
     config: GatewayConfig, tracer_provider: TracerProvider | None = None
 ) -> GatewayState:
-    store = open_store(
-        config.redis_url,
-        timeout_s=config.redis_timeout_s,
-        max_connections=config.redis_max_connections,
-    )
+    store = open_store(config)
     replicas: dict[str, list[Replica]] = {}
     for name, spec in config.engines.items():
         max_inflight = int(spec.options.get("max_inflight", 256))
@@ -72,7 +66,7 @@ async def build_state(
         )
         for tier_name, tier in config.tiers.items()
     }
-    ledger = open_ledger(store, config.redis_prefix)
+    ledger = open_ledger(store)
     notes: list[str] = []
     routing = await _load_classifier(config, notes)
     shared = routing.embedder if routing is not None else None
@@ -86,7 +80,7 @@ async def build_state(
         pools=pools,
         metrics=GatewayMetrics(config),
         tracing=open_tracing(tracer_provider),
-        budgets=open_budget_store(config, ledger),
+        budgets=open_budget_store(config, store, ledger),
         limiter=open_rate_limiter(config, store),
         cache=cache,
         embedder=embedder or shared,  # one embedder: the cache and the classifier share it

@@ -99,7 +99,7 @@ def cmd_classify(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from routers import datasets
-    from routers.embedding import build_embedder
+    from routers.embedders import build_embedder
     from routers.offline import embed_texts
     from routers.training import TrainOptions, fit
 

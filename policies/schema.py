@@ -233,6 +233,9 @@ class BudgetsConfig(Frozen):
 class GatewayConfig(Frozen):
     server: ServerConfig = ServerConfig()
     redis_url: str | None = None
+    # The URL is a seed node of a Redis Cluster (env TIERGATE_REDIS_CLUSTER=1); see
+    # docs/redis-keys.md for the key layout and its slots.
+    redis_cluster: bool = False
     # Every Redis key starts with this, so several deployments (or tests) can share one server.
     redis_prefix: str = Field("tg", pattern=r"^[A-Za-z0-9_.:-]+$")
     # How long a Redis call (or a wait for a pooled connection) may take before the

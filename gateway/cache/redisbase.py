@@ -16,6 +16,7 @@ import numpy as np
 
 from gateway.cache.keys import CacheKeys
 from gateway.cache.storage import CacheUnavailable, Candidate, Semantic, TenantUsage, Vector
+from policies.store_redis import RedisStore
 
 T = TypeVar("T")
 
@@ -63,20 +64,6 @@ return #digests
 """
 
 
-def cache_client(url: str, timeout_s: float) -> Any:
-    """A client of its own with short timeouts: a slow cache must not hold a request."""
-    import redis.asyncio as aioredis
-
-    pool = aioredis.BlockingConnectionPool.from_url(
-        url,
-        max_connections=64,
-        timeout=timeout_s,
-        socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
-    )
-    return aioredis.Redis(connection_pool=pool)
-
-
 def as_vector(raw: bytes) -> Vector:
     return np.frombuffer(raw, dtype=np.float32)
 
@@ -85,18 +72,16 @@ class RedisStorageBase:
     kind = "redis"
     use_vector_set = False
 
-    def __init__(self, client: Any) -> None:
-        self.redis = client
-        self._put = client.register_script(PUT_SCRIPT)
-        self._flush = client.register_script(FLUSH_SCRIPT)
+    def __init__(self, store: RedisStore) -> None:
+        """``store``: the cache's own owner (``RedisStore.sibling`` with the cache's short
+        timeout: a slow cache must not hold a request)."""
+        self.store = store
+        self.redis = store.client
+        self._put = store.script(PUT_SCRIPT)
+        self._flush = store.script(FLUSH_SCRIPT)
 
     async def call(self, what: str, make: Callable[[], Awaitable[T]]) -> T:
-        from redis.exceptions import RedisError
-
-        try:
-            return await make()
-        except (RedisError, OSError) as exc:
-            raise CacheUnavailable(f"cache {what}: {exc!r}") from exc
+        return await self.store.call(f"cache {what}", make, error=CacheUnavailable)
 
     async def start(self, namespaces: list[str]) -> None:
         return None
@@ -115,7 +100,7 @@ class RedisStorageBase:
         ttl_s: float,
         max_entries: int,
     ) -> None:
-        args = [
+        args: list[str | int | float | bytes] = [
             digest,
             record,
             semantic.prefix if semantic else "",
@@ -127,10 +112,8 @@ class RedisStorageBase:
             "1" if self.use_vector_set else "0",
             keys.entry(""),
         ]
-        gone = await self.call(
-            "put",
-            lambda: self._put(keys=[keys.entry(digest), keys.order, keys.vectors], args=args),
-        )
+        put_keys = [keys.entry(digest), keys.order, keys.vectors]
+        gone = await self._put("cache put", put_keys, args, error=CacheUnavailable)
         await self.after_put(keys, digest, semantic, [d.decode() for d in gone])
 
     async def after_put(
@@ -158,9 +141,8 @@ class RedisStorageBase:
         return found
 
     async def flush(self, keys: CacheKeys) -> int:
-        removed = await self.call(
-            "flush", lambda: self._flush(keys=[keys.order, keys.vectors], args=[keys.entry("")])
-        )
+        flush_keys = [keys.order, keys.vectors]
+        removed = await self._flush("cache flush", flush_keys, [keys.entry("")], CacheUnavailable)
         return int(removed)
 
     async def usage(self, keys: CacheKeys) -> TenantUsage:
@@ -182,5 +164,4 @@ class RedisStorageBase:
         return await self.call("usage", run)
 
     async def aclose(self) -> None:
-        await self.redis.aclose()
-        await self.redis.connection_pool.disconnect()
+        await self.store.aclose()
