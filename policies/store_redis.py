@@ -78,6 +78,10 @@ class RedisStore:
         # A cluster client fails at once when a node's pool is full; waiting here for a
         # free slot gives it the blocking pool's behaviour.
         self._slots = asyncio.Semaphore(max_connections) if cluster else None
+        # redis-py's cluster client breaks when its first commands race to discover the
+        # topology: the first call discovers it alone.
+        self._discovered = not cluster
+        self._discovering = asyncio.Lock()
 
     def keys(self, name: str, tag: str | None = None) -> str:
         return key_prefix(self.root, name, tag)
@@ -99,6 +103,11 @@ class RedisStore:
     ) -> AsyncIterator[None]:
         """The one mapping: any Redis failure inside becomes ``error`` (a StoreUnavailable)."""
         try:
+            if not self._discovered:
+                async with self._discovering:
+                    if not self._discovered:
+                        await self.client.initialize()
+                        self._discovered = True
             if self._slots is None:
                 yield
             else:

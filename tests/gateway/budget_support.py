@@ -13,8 +13,9 @@ import redis
 
 from policies.budget import Scope, ScopeStatus
 from policies.budget_redis import RedisBudgetStore
-from policies.ledger import RedisLedger, SpendEvent, ledger_prefix
-from policies.store import RedisStore
+from policies.ledger import SpendEvent
+from policies.ledger_redis import RedisLedger
+from policies.store_redis import RedisStore
 from tests.support import fake_config
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -57,9 +58,9 @@ class BudgetProbe:
         self.prefix = prefix
 
     async def _with_store(self, work: Any) -> Any:
-        store = RedisStore(REDIS_URL)
+        store = RedisStore(REDIS_URL, root=self.prefix)
         try:
-            ledger = RedisLedger(store, prefix=ledger_prefix(self.prefix))
+            ledger = RedisLedger(store)
             return await work(RedisBudgetStore(ledger), ledger)
         finally:
             await store.aclose()
