@@ -208,11 +208,15 @@ class RedisStore:
 
 
 class Script:
-    """A Lua script run by its digest, loaded on first use on each node (``NOSCRIPT``)."""
+    """A Lua script run by its digest, loaded on first use on each node (``NOSCRIPT``).
+
+    The ``#!lua`` line (Redis 7 function flags, none given) makes the server refuse the
+    whole script up front when it is out of memory or read-only, instead of letting it
+    run until its first refused write: a script runs entirely or not at all."""
 
     def __init__(self, store: RedisStore, lua: str) -> None:
         self.store = store
-        self.lua = lua
+        self.lua = "#!lua\n" + lua
         self.sha = hashlib.sha1(lua.encode()).hexdigest()
 
     async def __call__(

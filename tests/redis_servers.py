@@ -47,6 +47,7 @@ class RedisProcess:
                 "--protected-mode", "yes",
                 "--loglevel", "warning",
                 "--enable-debug-command", "local",
+                "--dir", tempfile.gettempdir(),  # a replica's sync file goes there
                 *self.extra,
             ],
             stdout=subprocess.DEVNULL,

@@ -1,4 +1,5 @@
-"""One contract for every cache storage: memory, Redis 7 + stream index, Redis 8 vector sets.
+"""One contract for every cache storage: memory, Redis 7 + stream index, Redis 8 vector sets,
+and both Redis storages on a 3-master Redis Cluster (a tenant's keys share one slot).
 
 Vectors here are random unit vectors, so these tests need no model; the gateway tests
 use the real embedder.
@@ -14,14 +15,21 @@ import pytest
 
 from gateway.cache.keys import CacheKeys
 from gateway.cache.memory import MemoryStorage
-from gateway.cache.redisbase import cache_client
-from gateway.cache.storage import CacheStorage, Semantic, has_vector_sets
+from gateway.cache.build import has_vector_sets
+from gateway.cache.storage import CacheStorage, Semantic
 from gateway.cache.streamindex import StreamIndexStorage
 from gateway.cache.vectorsets import VectorSetStorage
-from policies.store import RedisStore
+from policies.store_redis import RedisStore
 from tests.redis_servers import REDIS7_URL, RedisProcess, cache_prefix, delete_prefix
 
-KINDS = ["memory", "redis7-stream", "redis8-stream", "redis8-vectorset"]
+KINDS = [
+    "memory",
+    "redis7-stream",
+    "redis8-stream",
+    "redis8-vectorset",
+    "cluster-stream",
+    "cluster-vectorset",
+]
 
 
 def unit(seed: int, dim: int = 384) -> np.ndarray:
@@ -39,18 +47,22 @@ async def storage(
     request: pytest.FixtureRequest, redis8: RedisProcess
 ) -> AsyncIterator[tuple[CacheStorage, str]]:
     root = cache_prefix()
+    cluster = request.param.startswith("cluster")
     url = REDIS7_URL if request.param.startswith("redis7") else redis8.url
+    if cluster:
+        url = request.getfixturevalue("redis_cluster").url
     built: CacheStorage
     if request.param == "memory":
         built = MemoryStorage()
     elif request.param.endswith("stream"):
-        built = StreamIndexStorage(cache_client(url, 0.5), root=root, maxlen=10_000)
+        owner = RedisStore(url, cluster=cluster, timeout_s=0.5)
+        built = StreamIndexStorage(owner, root=root, maxlen=10_000)
     else:
-        built = VectorSetStorage(cache_client(url, 0.5))
+        built = VectorSetStorage(RedisStore(url, cluster=cluster, timeout_s=0.5))
     await built.start(["acme", "globex"])
     yield built, root
     await built.aclose()
-    if request.param != "memory":
+    if request.param != "memory" and not cluster:  # the cluster lives for this session only
         delete_prefix(url, root)
 
 
@@ -126,11 +138,14 @@ async def test_flush_and_usage(storage: tuple[CacheStorage, str]) -> None:
     assert await store.get(globex, "g") == b"y"
 
 
-async def test_stream_index_syncs_replicas() -> None:
-    """Two replicas on Redis 7: B's index learns A's entries (and flushes) from the stream."""
+@pytest.mark.parametrize("where", ["redis7", "cluster"])
+async def test_stream_index_syncs_replicas(where: str, request: pytest.FixtureRequest) -> None:
+    """Two replicas: B's index learns A's entries (and flushes) from the stream."""
     root = cache_prefix()
-    a = StreamIndexStorage(cache_client(REDIS7_URL, 0.5), root=root, maxlen=10_000)
-    b = StreamIndexStorage(cache_client(REDIS7_URL, 0.5), root=root, maxlen=10_000)
+    cluster = where == "cluster"
+    url = request.getfixturevalue("redis_cluster").url if cluster else REDIS7_URL
+    a = StreamIndexStorage(RedisStore(url, cluster=cluster), root=root, maxlen=10_000)
+    b = StreamIndexStorage(RedisStore(url, cluster=cluster), root=root, maxlen=10_000)
     keys = CacheKeys(root, "acme")
     try:
         await a.start(["acme"])
@@ -151,4 +166,5 @@ async def test_stream_index_syncs_replicas() -> None:
     finally:
         await a.aclose()
         await b.aclose()
-        delete_prefix(REDIS7_URL, root)
+        if not cluster:
+            delete_prefix(REDIS7_URL, root)
