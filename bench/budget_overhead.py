@@ -25,9 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from policies.budget import GLOBAL_SCOPE, Reservation, Scope, key_scope, tenant_scope
 from policies.budget_memory import MemoryBudgetStore
 from policies.budget_redis import RedisBudgetStore
-from policies.ledger import MemoryLedger, RedisLedger, SpendEvent, ledger_prefix
+from policies.ledger import MemoryLedger, SpendEvent
+from policies.ledger_redis import RedisLedger
 from policies.schema import BudgetSpec
-from policies.store import RedisStore
+from policies.store_redis import RedisStore
 
 SCOPES = [
     Scope(GLOBAL_SCOPE, BudgetSpec(limit_usd=1e9, window="monthly")),
@@ -69,14 +70,14 @@ async def timed(op: Op, count: int, concurrency: int) -> list[float]:
 
 
 async def run(url: str, requests: int, rounds: int, concurrency: int) -> None:
-    store = RedisStore(url, timeout_s=5.0, max_connections=max(concurrency, 8))
     prefix = f"tgbench-{uuid.uuid4().hex[:10]}"
-    budgets = RedisBudgetStore(RedisLedger(store, prefix=ledger_prefix(prefix)))
+    store = RedisStore(url, root=prefix, timeout_s=5.0, max_connections=max(concurrency, 8))
+    budgets = RedisBudgetStore(RedisLedger(store))
     memory = MemoryBudgetStore(MemoryLedger(max_events=1000))
 
     async def ping_twice(rid: str) -> None:
-        await store.redis.ping()
-        await store.redis.ping()
+        await store.client.ping()
+        await store.client.ping()
 
     def reserve_settle(target: RedisBudgetStore | MemoryBudgetStore) -> Op:
         async def op(rid: str) -> None:
@@ -116,9 +117,9 @@ async def run(url: str, requests: int, rounds: int, concurrency: int) -> None:
             print(f"p50 ratio reserve+settle / 2x PING at {inflight} in flight: {ours / base:.2f}")
         print(f"holds left: {await budgets.active_holds()}")
     finally:
-        keys = [k async for k in store.redis.scan_iter(match=f"{prefix}:*")]
+        keys = [k async for k in store.client.scan_iter(match=f"{prefix}:*")]
         if keys:
-            await store.redis.delete(*keys)
+            await store.client.delete(*keys)
         await store.aclose()
 
 

@@ -195,9 +195,9 @@ def unique_root() -> str:
 
 
 @asynccontextmanager
-async def redis_store(url: str, *, cluster: bool = False, **options: float) -> AsyncIterator[
-    RedisStore
-]:
+async def redis_store(
+    url: str, *, cluster: bool = False, **options: float
+) -> AsyncIterator[RedisStore]:
     """A store owner with a fresh key root; every key under it is deleted afterwards."""
     store = RedisStore(url, root=unique_root(), cluster=cluster, **options)  # type: ignore[arg-type]
     try:

@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
+from gateway.cache.build import has_vector_sets
 from gateway.cache.keys import CacheKeys
 from gateway.cache.memory import MemoryStorage
-from gateway.cache.build import has_vector_sets
 from gateway.cache.storage import CacheStorage, Semantic
 from gateway.cache.streamindex import StreamIndexStorage
 from gateway.cache.vectorsets import VectorSetStorage
