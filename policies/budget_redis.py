@@ -39,11 +39,8 @@ from policies.schema import BudgetSpec
 SETTLED_KEEP_MS = 86_400_000
 PURGE_BATCH = 256
 
-_COMMON = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-
--- The UTC calendar date of a count of days since 1970-01-01 (H. Hinnant's algorithm).
+# The UTC calendar date of a count of days since 1970-01-01 (H. Hinnant's algorithm).
+CALENDAR = """
 local function civil(days)
   local z = days + 719468
   local era = math.floor(z / 146097)
@@ -58,6 +55,14 @@ local function civil(days)
   if m <= 2 then y = y + 1 end
   return y, m, d
 end
+"""
+
+_COMMON = (
+    CALENDAR
+    + """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
 local year, month, mday = civil(math.floor(tonumber(t[1]) / 86400))
 local day_id = string.format('d:%04d-%02d-%02d', year, month, mday)
 local month_id = string.format('m:%04d-%02d', year, month)
@@ -85,6 +90,7 @@ local function purge(held, holds, deadlines)
   for _, rid in ipairs(lapsed) do release(held, holds, deadlines, rid) end
 end
 """.replace("PURGE_BATCH", str(PURGE_BATCH))
+)
 
 # KEYS: limits spent held holds deadlines
 # ARGV: rid ttl_ms ncand cand... nscopes (name limit_nano window)...
