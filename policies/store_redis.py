@@ -133,6 +133,11 @@ class RedisStore:
         async with self.errors(what, error):
             return await fn(*args, **kwargs)
 
+    async def connect(self) -> None:
+        """Reach the server now (on a cluster: learn its slots), so that the first real
+        call does not pay for it (the cache's calls have a short timeout)."""
+        await self.call("connect", self.client.ping)
+
     def script(self, lua: str) -> Script:
         return Script(self, lua)
 

@@ -8,6 +8,7 @@ outside the script can follow.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -16,9 +17,11 @@ import numpy as np
 
 from gateway.cache.keys import CacheKeys
 from gateway.cache.storage import CacheUnavailable, Candidate, Semantic, TenantUsage, Vector
+from policies.store import StoreUnavailable
 from policies.store_redis import RedisStore
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 # KEYS: entry, order, vector set.  ARGV: digest, record, prefix, text, vector, now_ms,
 # ttl_ms, max_entries, use_vset, entry key prefix.
@@ -84,7 +87,10 @@ class RedisStorageBase:
         return await self.store.call(f"cache {what}", make, error=CacheUnavailable)
 
     async def start(self, namespaces: list[str]) -> None:
-        return None
+        try:
+            await self.store.connect()
+        except StoreUnavailable as exc:  # the cache will retry on its own; say so
+            log.warning("cache store not reachable at start: %s", exc)
 
     async def get(self, keys: CacheKeys, digest: str) -> bytes | None:
         value = await self.call("get", lambda: self.redis.hget(keys.entry(digest), "r"))

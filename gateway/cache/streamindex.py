@@ -48,6 +48,7 @@ class StreamIndexStorage(RedisStorageBase):
         self._closing = False
 
     async def start(self, namespaces: list[str]) -> None:
+        await super().start(namespaces)
         self._namespaces = list(namespaces)
         self._tailer = asyncio.create_task(self._tail(), name="tiergate-cache-stream")
 

@@ -54,11 +54,13 @@ def redis_prefix() -> Iterator[str]:
 class BudgetProbe:
     """Reads a gateway's budget state straight from Redis (its own loop, its own pool)."""
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, url: str = REDIS_URL, *, cluster: bool = False) -> None:
         self.prefix = prefix
+        self.url = url
+        self.cluster = cluster
 
     async def _with_store(self, work: Any) -> Any:
-        store = RedisStore(REDIS_URL, root=self.prefix)
+        store = RedisStore(self.url, root=self.prefix, cluster=self.cluster, timeout_s=5.0)
         try:
             ledger = RedisLedger(store)
             return await work(RedisBudgetStore(ledger), ledger)
