@@ -7,6 +7,8 @@ trips, the floor of any two-call scheme. Each round times ``--requests`` request
 after another (latency), then the same number with ``--concurrency`` in flight.
 
     /work/main/.venv/bin/python bench/budget_overhead.py --requests 2000 --rounds 5
+    # on a Redis Cluster (any node's URL): every budget key is in the {ledger} slot
+    /work/main/.venv/bin/python bench/budget_overhead.py --redis redis://127.0.0.1:7000 --cluster
 """
 
 from __future__ import annotations
@@ -69,9 +71,10 @@ async def timed(op: Op, count: int, concurrency: int) -> list[float]:
     return latencies
 
 
-async def run(url: str, requests: int, rounds: int, concurrency: int) -> None:
+async def run(url: str, requests: int, rounds: int, concurrency: int, cluster: bool) -> None:
     prefix = f"tgbench-{uuid.uuid4().hex[:10]}"
-    store = RedisStore(url, root=prefix, timeout_s=5.0, max_connections=max(concurrency, 8))
+    pool = max(concurrency, 8)
+    store = RedisStore(url, root=prefix, cluster=cluster, timeout_s=5.0, max_connections=pool)
     budgets = RedisBudgetStore(RedisLedger(store))
     memory = MemoryBudgetStore(MemoryLedger(max_events=1000))
 
@@ -118,8 +121,7 @@ async def run(url: str, requests: int, rounds: int, concurrency: int) -> None:
         print(f"holds left: {await budgets.active_holds()}")
     finally:
         keys = [k async for k in store.client.scan_iter(match=f"{prefix}:*")]
-        if keys:
-            await store.client.delete(*keys)
+        await store.delete(*(k.decode() for k in keys))
         await store.aclose()
 
 
@@ -129,8 +131,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--cluster", action="store_true", help="--redis is a cluster node")
     args = parser.parse_args()
-    asyncio.run(run(args.redis, args.requests, args.rounds, args.concurrency))
+    asyncio.run(run(args.redis, args.requests, args.rounds, args.concurrency, args.cluster))
 
 
 if __name__ == "__main__":

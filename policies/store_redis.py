@@ -213,16 +213,18 @@ class RedisStore:
 
 
 class Script:
-    """A Lua script run by its digest, loaded on first use on each node (``NOSCRIPT``).
+    """A Lua script run by its digest, loaded on the node that lacks it (``NOSCRIPT``:
+    Redis 8 keeps no ``EVAL``-sent script, so a plain ``EVAL`` fallback would run every call
+    uncached).
 
-    The ``#!lua`` line (Redis 7 function flags, none given) makes the server refuse the
+    The ``#!lua`` line (Redis 7 script flags, none given) makes the server refuse the
     whole script up front when it is out of memory or read-only, instead of letting it
     run until its first refused write: a script runs entirely or not at all."""
 
     def __init__(self, store: RedisStore, lua: str) -> None:
         self.store = store
         self.lua = "#!lua\n" + lua
-        self.sha = hashlib.sha1(lua.encode()).hexdigest()
+        self.sha = hashlib.sha1(self.lua.encode()).hexdigest()
 
     async def __call__(
         self,
@@ -238,4 +240,5 @@ class Script:
             try:
                 return await client.evalsha(self.sha, len(keys), *keys, *args)
             except NoScriptError:
-                return await client.eval(self.lua, len(keys), *keys, *args)
+                await client.script_load(self.lua)  # on a cluster: on every primary
+                return await client.evalsha(self.sha, len(keys), *keys, *args)
