@@ -14,7 +14,7 @@ from policies.schema import GatewayConfig
 from policies.store import MemoryStore, Store, StoreUnavailable
 from policies.store_redis import RedisStore
 from policies.stores import open_store
-from tests.redis_servers import REDIS7_URL, RedisClusterProcess, redis_store
+from tests.redis_servers import REDIS7_URL, RedisClusterProcess, RedisProcess, redis_store
 from tests.support import fake_config
 
 REDIS_URL = REDIS7_URL
@@ -124,3 +124,22 @@ def test_open_store_picks_by_config(redis_cluster: RedisClusterProcess) -> None:
         )
     )
     assert isinstance(clustered, RedisStore) and clustered.cluster and clustered.root == "x"
+
+
+async def test_a_script_is_loaded_once_then_run_by_its_digest() -> None:
+    """Redis 8 keeps no script sent with EVAL: each call would compile it again."""
+    server = RedisProcess()
+    server.start()
+    try:
+        async with redis_store(server.url) as store:
+            script = store.script("return tonumber(ARGV[1]) + 1")
+            assert [await script("probe", [store.keys("p")], [i]) for i in range(5)] == [
+                1, 2, 3, 4, 5,
+            ]  # fmt: skip
+            stats = await store.client.info("commandstats")
+    finally:
+        server.stop()
+    assert stats["cmdstat_script|load"]["calls"] == 1
+    assert stats["cmdstat_evalsha"]["calls"] == 6  # the first one answered NOSCRIPT
+    assert stats["cmdstat_evalsha"]["failed_calls"] == 1
+    assert "cmdstat_eval" not in stats
