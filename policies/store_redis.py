@@ -138,6 +138,20 @@ class RedisStore:
         call does not pay for it (the cache's calls have a short timeout)."""
         await self.call("connect", self.client.ping)
 
+    async def has_command(self, *probe: str) -> bool:
+        """Whether the server knows the command ``probe`` runs (a harmless read, e.g.
+        ``VCARD`` of a key nobody writes); on a cluster every node runs the same server."""
+        from redis.exceptions import ResponseError
+
+        async with self.errors(f"probe {probe[0]}"):
+            try:
+                await self.client.execute_command(*probe)
+            except ResponseError as exc:
+                if "unknown command" not in str(exc).lower():
+                    raise
+                return False
+        return True
+
     def script(self, lua: str) -> Script:
         return Script(self, lua)
 

@@ -15,7 +15,7 @@ from gateway.cache.keys import namespace
 from gateway.cache.service import PromptCache
 from gateway.cache.storage import CacheStorage, CacheUnavailable
 from policies.schema import CacheConfig, GatewayConfig
-from policies.store import Store
+from policies.store import Store, StoreUnavailable
 from policies.store_redis import RedisStore
 from policies.stores import redis_owner
 from routers.embedders import build_sentence_embedder
@@ -56,20 +56,11 @@ STORAGES: Mapping[str, Callable[[Store, CacheConfig], CacheStorage]] = {
 
 
 async def has_vector_sets(store: RedisStore) -> bool:
-    """Whether the server knows ``VADD`` (Redis 8 vector sets); on a cluster, every node
-    runs the same server, so asking one is enough."""
-    from redis.exceptions import ResponseError
-
-    async def probe() -> bool:
-        try:
-            await store.client.execute_command("VCARD", store.keys("cache-probe"))
-        except ResponseError as exc:
-            if "unknown command" in str(exc).lower():
-                return False  # Redis 7 or older
-            raise
-        return True
-
-    return await store.call("capability check", probe, error=CacheUnavailable)
+    """Whether the server knows ``VADD`` (Redis 8 vector sets)."""
+    try:
+        return await store.has_command("VCARD", store.keys("cache-probe"))
+    except StoreUnavailable as exc:
+        raise CacheUnavailable(f"capability check failed: {exc}") from exc
 
 
 async def storage_name(store: Store, config: CacheConfig) -> str:

@@ -13,14 +13,22 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
-from gateway.cache.build import has_vector_sets
+from gateway.cache.build import has_vector_sets, storage_name
 from gateway.cache.keys import CacheKeys
 from gateway.cache.memory import MemoryStorage
 from gateway.cache.storage import CacheStorage, Semantic
 from gateway.cache.streamindex import StreamIndexStorage
 from gateway.cache.vectorsets import VectorSetStorage
+from policies.schema import CacheConfig
 from policies.store_redis import RedisStore
-from tests.redis_servers import REDIS7_URL, RedisProcess, cache_prefix, delete_prefix
+from tests.redis_servers import (
+    REDIS7_URL,
+    RedisClusterProcess,
+    RedisProcess,
+    cache_prefix,
+    delete_prefix,
+)
+from tests.support import free_port
 
 KINDS = [
     "memory",
@@ -66,14 +74,25 @@ async def storage(
         delete_prefix(url, root)
 
 
-async def test_capability_detection(redis8: RedisProcess) -> None:
+async def test_capability_detection(
+    redis8: RedisProcess, redis_cluster: RedisClusterProcess
+) -> None:
     seven, eight = RedisStore(REDIS7_URL), RedisStore(redis8.url)
+    cluster = RedisStore(redis_cluster.url, cluster=True)
     try:
         assert await has_vector_sets(seven) is False
         assert await has_vector_sets(eight) is True
+        assert await has_vector_sets(cluster) is True
+        cache = CacheConfig(key_prefix=cache_prefix())
+        assert await storage_name(cluster, cache) == "vectorset"
+        assert await storage_name(seven, cache) == "stream"
+        dead = RedisStore(f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.2)
+        assert await storage_name(dead, cache) == "stream"  # told in the log, not an error
+        await dead.aclose()
     finally:
         await seven.aclose()
         await eight.aclose()
+        await cluster.aclose()
 
 
 async def test_exact_entries_are_per_tenant(storage: tuple[CacheStorage, str]) -> None:
