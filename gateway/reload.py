@@ -70,6 +70,7 @@ async def reload_policies(state: GatewayState) -> Reloaded:
     config, keyring = await asyncio.to_thread(_prepare, state)
     # No await between these two lines: no request can see half of the change.
     state.config, state.keyring = config, keyring
+    state.keys.reconfigure(config, keyring)
     log.info("policies reloaded: %d tenants", len(config.tenants))
     return Reloaded(len(config.tenants), config.routing.thresholds)
 
