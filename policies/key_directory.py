@@ -2,8 +2,9 @@
 
 YAML keys are a dict lookup. A managed key is looked up in a local cache; a miss costs
 one store round trip (``HGET`` by digest). Every admin write bumps the store's version
-counter; ``run()`` polls it every ``poll_s`` and drops the cache when it moves, so a key
-revoked on one replica stops working on every other within about ``poll_s``. A replica
+counter and announces itself (Redis pub/sub); ``run()`` refreshes on each announcement,
+and polls the version every ``poll_s`` besides, so a key revoked on one replica stops
+working on every other at once, or within about ``poll_s`` if a message is lost. A replica
 that cannot reach the store trusts its cache for ``max_stale_s`` at most, then asks the
 store on every request (and refuses with ``StoreUnavailable`` if it cannot).
 Expiry is checked on every request against the record's ``expires_at``.
@@ -156,15 +157,19 @@ class KeyDirectory:
 
     async def run(self) -> None:
         """Poll until cancelled (started by the lifespan)."""
-        while True:
-            try:
-                await self.refresh()
-                self._down_logged = False
-            except StoreUnavailable as exc:
-                if not self._down_logged:
-                    log.warning("key store unreachable, managed keys age out of cache: %s", exc)
-                    self._down_logged = True
-            await asyncio.sleep(self.poll_s)
+        try:
+            while True:
+                try:
+                    await self.refresh()
+                    self._down_logged = False
+                    await self.store.wait_change(self.poll_s)
+                except StoreUnavailable as exc:
+                    if not self._down_logged:
+                        log.warning("key store unreachable, managed keys age out of cache: %s", exc)
+                        self._down_logged = True
+                    await asyncio.sleep(self.poll_s)
+        finally:
+            await self.store.aclose()
 
 
 def open_key_store(store: Store, redis_prefix: str) -> KeyStore:

@@ -2,9 +2,9 @@
 
 A managed key is issued through the admin API: the raw key (``tg-`` + 32 random bytes,
 URL-safe) is shown once and only its SHA-256 digest is kept. Every change bumps one
-version counter, which each replica polls to drop its local cache
-(``policies.tenants.KeyDirectory``). Runtime tenants carry every ``TenantSpec`` field
-except ``keys`` and are validated by ``TenantSpec`` itself.
+version counter (and, on Redis, is announced on a pub/sub channel); each replica drops
+its local cache when it moves (``policies.key_directory.KeyDirectory``). Runtime tenants
+carry every ``TenantSpec`` field except ``keys`` and are validated by ``TenantSpec`` itself.
 
 ``MemoryKeyStore`` keeps the contract for one process; ``RedisKeyStore``
 (``policies.keys_redis``) shares it between replicas.
@@ -12,6 +12,7 @@ except ``keys`` and are validated by ``TenantSpec`` itself.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from collections.abc import Mapping
@@ -129,6 +130,10 @@ class KeyStore(Protocol):
 
     async def last_used(self) -> dict[str, float]: ...
 
+    async def wait_change(self, timeout_s: float) -> None: ...
+
+    async def aclose(self) -> None: ...
+
 
 class MemoryKeyStore:
     """Single-process store (no Redis); each method runs to completion on the loop."""
@@ -179,3 +184,10 @@ class MemoryKeyStore:
 
     async def last_used(self) -> dict[str, float]:
         return dict(self._used)
+
+    async def wait_change(self, timeout_s: float) -> None:
+        # One process: the admin route drops the directory's cache itself.
+        await asyncio.sleep(timeout_s)
+
+    async def aclose(self) -> None:
+        return None

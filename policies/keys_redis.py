@@ -7,16 +7,21 @@ are one MULTI on Redis Cluster too):
   P:tenants    hash  tenant name -> its policy fields (JSON)
   P:used       hash  key id -> last use (unix seconds), written in batches
   P:version    int   bumped by every write; replicas poll it to drop their caches
+  P:changed    pub/sub channel, published with every write: replicas refresh at once
+                (the poll is the fallback for a replica that missed a message)
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
 from policies.keys import ManagedKey
+
+if TYPE_CHECKING:
+    from redis.asyncio.client import PubSub
 from policies.store import RedisStore, StoreUnavailable
 
 T = TypeVar("T")
@@ -45,7 +50,9 @@ class RedisKeyStore:
         p = keys_prefix(prefix)
         self._digests, self._ids = f"{p}:by_digest", f"{p}:by_id"
         self._tenants, self._used, self._version = f"{p}:tenants", f"{p}:used", f"{p}:version"
+        self._channel = f"{p}:changed"
         self._touch = self.redis.register_script(_TOUCH)
+        self._pubsub: PubSub | None = None
 
     async def _call(self, what: str, work: Awaitable[T]) -> T:
         from redis.exceptions import ConnectionError, TimeoutError
@@ -80,6 +87,7 @@ class RedisKeyStore:
                 pipe.hset(self._digests, key.digest, key.model_dump_json())
                 pipe.hset(self._ids, key.id, key.digest)
                 pipe.incr(self._version)
+                pipe.publish(self._channel, b"1")
                 await pipe.execute()
 
         await self._call("put key", write())
@@ -93,6 +101,7 @@ class RedisKeyStore:
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.hset(self._tenants, name, orjson.dumps(fields))
                 pipe.incr(self._version)
+                pipe.publish(self._channel, b"1")
                 await pipe.execute()
 
         await self._call("put tenant", write())
@@ -102,7 +111,8 @@ class RedisKeyStore:
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.hdel(self._tenants, name)
                 pipe.incr(self._version)
-                removed, _ = await pipe.execute()
+                pipe.publish(self._channel, b"1")
+                removed, _, _ = await pipe.execute()
             return bool(removed)
 
         return await self._call("delete tenant", write())
@@ -116,3 +126,22 @@ class RedisKeyStore:
     async def last_used(self) -> dict[str, float]:
         raw = await self._call("hgetall", self.redis.hgetall(self._used))
         return {_text(k): float(v) for k, v in raw.items()}
+
+    async def wait_change(self, timeout_s: float) -> None:
+        """Until a replica announces a write, or ``timeout_s``."""
+        from redis.exceptions import ConnectionError, TimeoutError
+
+        try:
+            if self._pubsub is None:
+                pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+                self._pubsub = pubsub
+                await pubsub.subscribe(self._channel)
+            await self._pubsub.get_message(timeout=timeout_s)
+        except (ConnectionError, TimeoutError, OSError) as exc:
+            await self.aclose()
+            raise StoreUnavailable(f"redis subscribe: {exc}") from exc
+
+    async def aclose(self) -> None:
+        pubsub, self._pubsub = self._pubsub, None
+        if pubsub is not None:
+            await pubsub.aclose()  # type: ignore[no-untyped-call]
