@@ -31,7 +31,12 @@ log = logging.getLogger(__name__)
 HERE = Path(__file__).resolve().parent
 STATIC = HERE / "static"
 CHART_JS = HERE / "node_modules" / "chart.js" / "dist" / "chart.umd.min.js"
-OWN_FILES = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
+OWN_FILES = {
+    "dashboard.js": "text/javascript",
+    "keys.js": "text/javascript",
+    "money.js": "text/javascript",
+    "dashboard.css": "text/css",
+}
 LOGIN_BODY_LIMIT = 4096
 
 SECURITY_HEADERS = {
@@ -60,15 +65,24 @@ def _page(name: str, status: int = 200, error: str = "") -> Response:
     return Response(body, status, media_type="text/html", headers=SECURITY_HEADERS)
 
 
-async def dashboard(request: Request) -> Response:
-    """The dashboard with a session (or the Bearer admin key), else the login form."""
+async def _admin_page(request: Request, name: str) -> Response:
+    """``name`` with a session (or the Bearer admin key), else the login form."""
     state = get_state(request)
     if "authorization" in request.headers:
         require_admin(request, state)
-        return _page("dashboard.html")
+        return _page(name)
     if await has_session(request, state):
-        return _page("dashboard.html")
+        return _page(name)
     return _page("login.html")
+
+
+async def dashboard(request: Request) -> Response:
+    return await _admin_page(request, "dashboard.html")
+
+
+async def keys_page(request: Request) -> Response:
+    """Issue, list, edit and revoke API keys; the audit log."""
+    return await _admin_page(request, "keys.html")
 
 
 async def login(request: Request) -> Response:
