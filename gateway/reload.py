@@ -21,6 +21,7 @@ from starlette.responses import Response
 
 from gateway.admin_auth import require_admin
 from gateway.errors import InvalidRequest
+from gateway.routes.admin_audit import record
 from gateway.state import GatewayState, get_state
 from policies.loader import ConfigError
 from policies.schema import GatewayConfig
@@ -112,6 +113,8 @@ async def reload_endpoint(request: Request) -> Response:
     try:
         done = await reload_policies(state)
     except PolicyRejected as exc:
+        await record(request, state, "policies.reload_refused", "policies", None,
+                     {"problems": exc.problems})  # fmt: skip
         raise InvalidRequest(
             "policy file refused, the running policy stays: " + "; ".join(exc.problems),
             code="invalid_policy",
@@ -121,4 +124,5 @@ async def reload_endpoint(request: Request) -> Response:
         "tenants": done.tenants,
         "thresholds": list(done.thresholds),
     }
+    await record(request, state, "policies.reload", "policies", None, body)
     return Response(orjson.dumps(body), media_type="application/json")

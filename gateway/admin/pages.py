@@ -8,6 +8,7 @@ served from where npm installed it (``deploy/install-dashboard-assets.sh``), or 
 
 from __future__ import annotations
 
+import hashlib
 import html
 import logging
 from functools import lru_cache
@@ -24,6 +25,7 @@ from gateway.errors import ApiError, InvalidRequest, ServiceUnavailable
 from gateway.http import read_body
 from gateway.settings import get_settings
 from gateway.state import get_state
+from policies.audit import entry
 from policies.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -99,6 +101,11 @@ async def login(request: Request) -> Response:
         token = await sessions(state).create(digest)
     except StoreUnavailable:
         raise ServiceUnavailable("the session store is unavailable") from None
+    actor = f"session:{hashlib.sha256(token.encode()).hexdigest()[:12]}"
+    try:
+        await state.audit.append(entry(actor, "session.login", "admin", None, None))
+    except StoreUnavailable:
+        raise ServiceUnavailable("the audit store is unavailable") from None
     response = RedirectResponse("/admin", status_code=303)
     response.set_cookie(
         COOKIE,

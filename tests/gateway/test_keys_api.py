@@ -210,10 +210,14 @@ def test_audit_log_records_every_admin_write(gateway: RunningGateway, admin: htt
     admin.patch(f"/admin/api/keys/{created['id']}", json={"allowed_tiers": ["small"]})
     admin.delete(f"/admin/api/keys/{created['id']}")
     admin.post("/admin/api/tenants", json={"name": "hooli"})
+    budget = {"scope": "tenant", "tenant": "acme", "limit_usd": 2.5}
+    assert admin.put("/admin/api/budgets", json=budget).status_code == 200
     entries = admin.get("/admin/api/audit").json()["data"]
     actions = [e["action"] for e in entries]
-    assert actions == ["tenant.create", "key.revoke", "key.update", "key.create"]
-    update = entries[2]
+    assert actions == ["budget.set", "tenant.create", "key.revoke", "key.update", "key.create"]
+    assert entries[0]["before"]["limit_usd"] is None
+    assert entries[0]["after"]["limit_usd"] == 2.5
+    update = entries[3]
     assert update["before"]["allowed_tiers"] is None
     assert update["after"]["allowed_tiers"] == ["small"]
     assert all(e["actor"].startswith("admin-key:") for e in entries)

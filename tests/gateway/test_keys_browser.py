@@ -110,7 +110,7 @@ def test_keys_page_issue_copy_edit_revoke(browser: Any, gateway: RunningGateway)
     page.wait_for_selector(f'#keys tbody tr[data-id="{key_id}"] td:has-text("revoked")')
     assert status_of(gateway, raw) == 401
     actions = page.locator("#audit tbody tr td:nth-child(3)").all_inner_texts()
-    assert actions == ["key.revoke", "key.update", "key.create"]
+    assert actions == ["key.revoke", "key.update", "key.create", "session.login"]
 
     ARTIFACT.parent.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACT), full_page=True)
