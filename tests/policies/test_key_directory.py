@@ -11,11 +11,18 @@ from collections.abc import AsyncIterator
 import pytest
 
 from policies.key_directory import KeyDirectory, scoped_policy
-from policies.keys import KeyScope, KeyStore, MemoryKeyStore, issue_key, runtime_tenant
+from policies.keys import (
+    KeyScope,
+    KeyStore,
+    ManagedKey,
+    MemoryKeyStore,
+    issue_key,
+    runtime_tenant,
+)
 from policies.keys_redis import RedisKeyStore
 from policies.schema import GatewayConfig
-from policies.store import RedisStore
-from policies.tenants import KeyRing
+from policies.store import RedisStore, StoreUnavailable
+from policies.tenants import KeyRing, hash_key
 from tests.redis_servers import REDIS7_URL, delete_prefix
 from tests.support import fake_config
 
@@ -158,3 +165,26 @@ def test_scoped_policy_narrows_tiers() -> None:
     tenant = runtime_tenant({"allowed_tiers": ["medium", "large"]})
     assert scoped_policy(CONFIG, tenant, small).allowed_tiers == ("large",)
     assert tenant.keys == ()
+
+
+class UnreachableKeyStore(MemoryKeyStore):
+    """The in-process store with its reads failing as Redis's do when it is down."""
+
+    async def by_digest(self, digest: str) -> ManagedKey | None:
+        raise StoreUnavailable("redis hget: Connection refused")
+
+    async def version(self) -> int:
+        raise StoreUnavailable("redis get: Connection refused")
+
+
+async def test_store_down_refuses_managed_keys_but_not_yaml_ones() -> None:
+    config = GatewayConfig.model_validate(
+        {**fake_config(), "tenants": {"acme": {"keys": [{"id": "y", "sha256": hash_key("tg-y")}]}}}
+    )
+    d = KeyDirectory(UnreachableKeyStore(), config, KeyRing.from_config(config))
+    with pytest.raises(StoreUnavailable):
+        await d.refresh()
+    with pytest.raises(StoreUnavailable):
+        await d.authenticate("tg-some-managed-key")
+    principal = await d.authenticate("tg-y")
+    assert principal is not None and principal.key_id == "y"
