@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.2
 MAX_STALE_S = 2.0
+# Digests the store refused (unknown, revoked, expired) are remembered until the next
+# change, so a flood of bad keys does not become a flood of Redis reads. A raw key is
+# unguessable before it is issued, so remembering an unknown digest never hides a new key.
+MAX_REFUSED = 65_536
 
 
 def scoped_policy(config: GatewayConfig, policy: TenantSpec, key: ManagedKey) -> TenantSpec:
@@ -65,6 +69,7 @@ class KeyDirectory:
         self.max_stale_s = max_stale_s
         self.runtime_tenants: dict[str, TenantSpec] = {}
         self._cache: dict[str, tuple[Principal, float]] = {}  # digest -> (principal, expiry)
+        self._refused: set[str] = set()
         self._generation = 0  # bumped by every clear: a lookup begun before one is not cached
         self._version = -1
         self._checked = -math.inf  # monotonic time of the last successful version poll
@@ -79,6 +84,7 @@ class KeyDirectory:
     def changed(self) -> None:
         """Drop every cached principal (this replica wrote, or the version moved)."""
         self._cache.clear()
+        self._refused.clear()
         self._generation += 1
 
     def tenant(self, name: str) -> TenantSpec | None:
@@ -99,9 +105,15 @@ class KeyDirectory:
                 return None
             self._used[principal.key_id] = now
             return principal
+        if digest in self._refused:
+            return None
         generation = self._generation
         record = await self.store.by_digest(digest)  # the one round trip, on a miss only
         if record is None or not record.active(now):
+            if generation == self._generation:
+                if len(self._refused) >= MAX_REFUSED:
+                    self._refused.clear()
+                self._refused.add(digest)
             return None
         principal = await self._principal(record)
         if principal is None:

@@ -188,3 +188,32 @@ async def test_store_down_refuses_managed_keys_but_not_yaml_ones() -> None:
         await d.authenticate("tg-some-managed-key")
     principal = await d.authenticate("tg-y")
     assert principal is not None and principal.key_id == "y"
+
+
+class CountingKeyStore(MemoryKeyStore):
+    """The in-process store, counting lookups by digest (the hot path's round trips)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lookups = 0
+
+    async def by_digest(self, digest: str) -> ManagedKey | None:
+        self.lookups += 1
+        return await super().by_digest(digest)
+
+
+async def test_one_round_trip_per_miss_and_none_for_repeats() -> None:
+    store = CountingKeyStore()
+    d = directory(store)
+    raw, key = issue_key("acme", "", KeyScope())
+    await store.put(key)
+    await d.refresh()
+    for _ in range(3):
+        assert await d.authenticate(raw) is not None
+        assert await d.authenticate("tg-wrong") is None
+    assert store.lookups == 2  # one for the key, one for the wrong one; then the caches
+    await store.put(key.model_copy(update={"revoked_at": time.time()}))
+    await d.refresh()  # the version moved: both caches dropped
+    for _ in range(3):
+        assert await d.authenticate(raw) is None
+    assert store.lookups == 3
