@@ -90,6 +90,11 @@ class KeyDirectory:
     def tenant(self, name: str) -> TenantSpec | None:
         return self.config.tenants.get(name) or self.runtime_tenants.get(name)
 
+    def tenant_names(self) -> list[str]:
+        """YAML tenants in file order, then runtime ones by name."""
+        runtime = (n for n in sorted(self.runtime_tenants) if n not in self.config.tenants)
+        return [*self.config.tenants, *runtime]
+
     async def authenticate(self, raw_key: str) -> Principal | None:
         digest = hash_key(raw_key)
         principal = self.keyring.by_digest(digest)

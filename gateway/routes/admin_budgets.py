@@ -160,9 +160,10 @@ async def spend_by_day(request: Request) -> Response:
     if start > end or (end - start).days >= MAX_DAYS:
         raise InvalidRequest(f"start must be on or before end, at most {MAX_DAYS} days")
     wanted = request.query_params.get("tenant")
-    if wanted is not None and wanted not in state.config.tenants:
+    known = state.keys.tenant_names()
+    if wanted is not None and wanted not in known:
         raise NotFound(f"no tenant {wanted!r}", param="tenant")
-    tenants = [wanted] if wanted is not None else list(state.config.tenants)
+    tenants = [wanted] if wanted is not None else known
     try:
         days = await state.ledger.daily(tenants, start, end)
     except StoreUnavailable as exc:

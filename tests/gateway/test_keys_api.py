@@ -227,3 +227,15 @@ def test_audit_log_records_every_admin_write(gateway: RunningGateway, admin: htt
     rows = list(csv.DictReader(io.StringIO(exported.text)))
     assert [r["action"] for r in rows] == actions
     assert admin.get("/admin/api/audit", params={"format": "xml"}).status_code == 400
+
+
+def test_runtime_tenant_spend_reaches_the_dashboard(
+    gateway: RunningGateway, admin: httpx.Client
+) -> None:
+    assert admin.post("/admin/api/tenants", json={"name": "umbrella"}).status_code == 201
+    key = create(admin, tenant="umbrella")["key"]
+    assert chat(gateway, key)[0] == 200
+    overview = admin.get("/admin/api/overview").json()
+    assert sum(overview["spend"]["umbrella"]) > 0
+    days = admin.get("/admin/api/budgets/spend", params={"tenant": "umbrella"}).json()["days"]
+    assert [d["tenant"] for d in days] == ["umbrella"]
