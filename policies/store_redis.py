@@ -190,12 +190,17 @@ class RedisStore:
     async def publish(self, channel: str, message: bytes) -> int:
         return int(await self.call("publish", self.client.publish, channel, message))
 
+    def reader(self) -> Any:
+        """A plain client of its own (the seed node on a cluster, no read timeout) for
+        pub/sub and blocking reads; use it inside ``errors()`` and close it."""
+        import redis.asyncio as aioredis
+
+        return aioredis.Redis.from_url(self.url, socket_connect_timeout=self.timeout_s)
+
     @asynccontextmanager
     async def subscribe(self, channel: str) -> AsyncIterator[AsyncIterator[bytes]]:
         """A connection of its own (to the seed node on a cluster), no read timeout."""
-        import redis.asyncio as aioredis
-
-        reader = aioredis.Redis.from_url(self.url, socket_connect_timeout=self.timeout_s)
+        reader = self.reader()
         pubsub = reader.pubsub(ignore_subscribe_messages=True)
         try:
             await self.call("subscribe", pubsub.subscribe, channel)
@@ -210,7 +215,7 @@ class RedisStore:
             yield messages()
         finally:
             async with self.errors("unsubscribe"):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
+                await pubsub.aclose()
                 await reader.aclose()
 
     async def ping(self) -> bool:

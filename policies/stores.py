@@ -5,10 +5,10 @@ the ledger, budget and rate-limit implementations built on it.
 seed node of a cluster; same implementations, same scripts, one slot per script).
 Factories import their implementation only when a config uses it.
 
-Adding a typed sub-store (say, a key store) on the same owner is one entry per kind:
-write ``MemoryKeyStore(store)`` and ``RedisKeyStore(store)`` — the Redis one takes its
-prefix from ``store.keys("keys", tag=...)`` and runs every call through
-``store.call`` / ``store.script`` — and add a ``KEY_STORES`` mapping here.
+Adding a typed sub-store on the same owner is one entry per kind, as ``KEY_STORES``
+and ``AUDIT_LOGS`` show: a memory implementation and a Redis one that takes its prefix
+from ``store.keys(name)`` and runs every call through ``store.call`` / ``store.script``
+(docs/redis-keys.md, "Adding a sub-store").
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TypeVar, cast
 
+from policies.audit import AuditLog
 from policies.budget import BudgetStore
+from policies.keys import KeyStore
 from policies.ledger import Ledger
 from policies.ratelimit import RateLimiter
 from policies.schema import GatewayConfig
@@ -88,6 +90,30 @@ def _redis_limiter(config: GatewayConfig, store: Store) -> RateLimiter:
     return RedisRateLimiter(redis_owner(store))
 
 
+def _memory_keys(store: Store) -> KeyStore:
+    from policies.keys import MemoryKeyStore
+
+    return MemoryKeyStore()
+
+
+def _redis_keys(store: Store) -> KeyStore:
+    from policies.keys_redis import RedisKeyStore
+
+    return RedisKeyStore(redis_owner(store))
+
+
+def _memory_audit(store: Store) -> AuditLog:
+    from policies.audit import MemoryAuditLog
+
+    return MemoryAuditLog()
+
+
+def _redis_audit(store: Store) -> AuditLog:
+    from policies.audit import RedisAuditLog
+
+    return RedisAuditLog(redis_owner(store))
+
+
 LEDGERS: Mapping[str, Callable[[Store], Ledger]] = {
     "memory": _memory_ledger,
     "redis": _redis_ledger,
@@ -99,6 +125,16 @@ BUDGET_STORES: Mapping[str, Callable[[GatewayConfig, Store, Ledger], BudgetStore
 RATE_LIMITERS: Mapping[str, Callable[[GatewayConfig, Store], RateLimiter]] = {
     "memory": _memory_limiter,
     "redis": _redis_limiter,
+}
+
+
+KEY_STORES: Mapping[str, Callable[[Store], KeyStore]] = {
+    "memory": _memory_keys,
+    "redis": _redis_keys,
+}
+AUDIT_LOGS: Mapping[str, Callable[[Store], AuditLog]] = {
+    "memory": _memory_audit,
+    "redis": _redis_audit,
 }
 
 
@@ -120,6 +156,14 @@ def open_budget_store(config: GatewayConfig, store: Store, ledger: Ledger) -> Bu
 
 def open_rate_limiter(config: GatewayConfig, store: Store) -> RateLimiter:
     return pick(RATE_LIMITERS, "rate limiter", store.kind)(config, store)
+
+
+def open_key_store(store: Store) -> KeyStore:
+    return pick(KEY_STORES, "key store", store.kind)(store)
+
+
+def open_audit(store: Store) -> AuditLog:
+    return pick(AUDIT_LOGS, "audit log", store.kind)(store)
 
 
 def redis_owner(store: Store) -> RedisStore:
