@@ -1,7 +1,7 @@
 """Managed keys and runtime tenants on Redis, shared by every replica.
 
 Keys (``P`` = ``{redis_prefix}:{keys}``; one hash tag, so a write and its version bump
-are one MULTI on Redis Cluster too):
+are one MULTI on Redis Cluster too; the change notice is published right after it):
   P:by_digest  hash  key digest -> the key's record (JSON)
   P:by_id      hash  key id -> digest
   P:tenants    hash  tenant name -> its policy fields (JSON)
@@ -90,8 +90,8 @@ class RedisKeyStore:
                 pipe.hset(self._digests, key.digest, key.model_dump_json())
                 pipe.hset(self._ids, key.id, key.digest)
                 pipe.incr(self._version)
-                pipe.publish(self._channel, b"1")
                 await pipe.execute()
+            await self.redis.publish(self._channel, b"1")  # keyless: outside the MULTI
 
         await self._call("put key", write())
 
@@ -104,8 +104,8 @@ class RedisKeyStore:
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.hset(self._tenants, name, orjson.dumps(fields))
                 pipe.incr(self._version)
-                pipe.publish(self._channel, b"1")
                 await pipe.execute()
+            await self.redis.publish(self._channel, b"1")  # keyless: outside the MULTI
 
         await self._call("put tenant", write())
 
@@ -114,8 +114,8 @@ class RedisKeyStore:
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.hdel(self._tenants, name)
                 pipe.incr(self._version)
-                pipe.publish(self._channel, b"1")
-                removed, _, _ = await pipe.execute()
+                removed, _ = await pipe.execute()
+            await self.redis.publish(self._channel, b"1")  # keyless: outside the MULTI
             return bool(removed)
 
         return await self._call("delete tenant", write())
