@@ -203,6 +203,6 @@ async def redis_store(
     try:
         yield store
     finally:
-        async for key in store.client.scan_iter(match=f"{store.root}:*"):
+        async for key in store.client.scan_iter(match=f"{store.root}:*", count=1000):
             await store.client.delete(key)
         await store.aclose()
