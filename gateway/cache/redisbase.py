@@ -9,7 +9,6 @@ outside the script can follow.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -23,11 +22,13 @@ from policies.store_redis import RedisStore
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-# KEYS: entry, order, vector set.  ARGV: digest, record, prefix, text, vector, now_ms,
-# ttl_ms, max_entries, use_vset, entry key prefix.
+# KEYS: entry, order, vector set.  ARGV: digest, record, prefix, text, vector, ttl_ms,
+# max_entries, use_vset, entry key prefix.  Store times are the server's (``TIME``).
 PUT_SCRIPT = """
-local digest, now, ttl, cap = ARGV[1], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local use_vset, entry_prefix = ARGV[9] == '1', ARGV[10]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local digest, ttl, cap = ARGV[1], tonumber(ARGV[6]), tonumber(ARGV[7])
+local use_vset, entry_prefix = ARGV[8] == '1', ARGV[9]
 if ARGV[3] ~= '' then
   redis.call('HSET', KEYS[1], 'r', ARGV[2], 'p', ARGV[3], 't', ARGV[4], 'v', ARGV[5])
 else
@@ -112,7 +113,6 @@ class RedisStorageBase:
             semantic.prefix if semantic else "",
             semantic.text if semantic else "",
             semantic.vector.astype(np.float32).tobytes() if semantic else b"",
-            int(time.time() * 1000),
             max(int(ttl_s * 1000), 1),
             max_entries,
             "1" if self.use_vector_set else "0",
