@@ -50,6 +50,9 @@ class Example:
     weak: float | None = None  # correctness of the smallest tier's model (for evaluation)
     strong: float | None = None  # correctness of the strongest tier's model
     large: float | None = None  # needs the large tier (three-tier sources only)
+    difficulty: float | None = None  # share of all the pool's models that failed it
+    tiers: tuple[float, float, float] | None = None  # correctness per tier (three-tier rows)
+    costs: tuple[float, float, float] | None = None  # USD per tier (three-tier rows)
 
     @property
     def text(self) -> str:
@@ -66,6 +69,11 @@ def _float(value: str | None) -> float | None:
     return None if value is None or value == "" else float(value)
 
 
+def family(benchmark: str) -> str:
+    """The benchmark a row belongs to across sources (``arc_challenge`` = ``arc-challenge``)."""
+    return benchmark.lower().replace("_", "-")
+
+
 def golden_held_out(item_id: str) -> bool:
     return hashlib.sha256(item_id.encode()).digest()[0] % 2 == 0
 
@@ -79,12 +87,33 @@ def load_pool(path: Path = POOL) -> list[Example]:
             steps = int(row["steps"] or 0)
             label, weight = float(steps >= GSM8K_HARD_STEPS), GSM8K_WEIGHT
             weak = strong = large = None
+            tiers = costs = None
         else:
             weak, strong = _float(row["cheap"]), _float(row["expensive"])
             label, weight = float((weak or 0.0) < 1), 1.0
             large = float(tier_min == 2) if row["medium"] else None
+            tiers = costs = None
+            if row["medium"] and row["cost_expensive"]:
+                tiers = (weak or 0.0, float(row["medium"]), strong or 0.0)
+                costs = (
+                    float(row["cost_cheap"]),
+                    float(row["cost_medium"]),
+                    float(row["cost_expensive"]),
+                )
         examples.append(
-            Example(messages, label, weight, row["benchmark"], row["source"], weak, strong, large)
+            Example(
+                messages,
+                label,
+                weight,
+                row["benchmark"],
+                row["source"],
+                weak,
+                strong,
+                large,
+                _float(row.get("fail_rate")),
+                tiers,
+                costs,
+            )
         )
     return examples
 

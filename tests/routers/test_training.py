@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import zipfile
 import zlib
@@ -150,3 +151,40 @@ def test_golden_split_is_fixed_and_disjoint() -> None:
     assert train_texts.isdisjoint(test_texts)
     assert 0.4 < len(test_texts) / (len(test_texts) + len(train_texts)) < 0.6
     assert not any(e.benchmark in datasets.HELD_OUT_BENCHMARKS for e in splits.train)
+
+
+class CountingEmbedder:
+    """The ``SyncEmbedder`` protocol over deterministic vectors, counting texts embedded."""
+
+    dim = 384
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.embedded: list[str] = []
+
+    def embed_sync(self, texts: list[str]) -> np.ndarray:
+        self.embedded += texts
+        return fake_vectors([datasets.Example(tuple(prompt_messages(t)), 0.0, 1.0, "b", "s") for t in texts])
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        return self.embed_sync(texts)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def test_embedding_cache_embeds_each_text_once(tmp_path: Path) -> None:
+    from routers.offline import cached_embed, embed_texts
+
+    embedder = CountingEmbedder()
+    path = tmp_path / "cache.npz"
+    # "prompt 396"'s key ends in a NUL byte, which bytes() of a numpy "S16" item drops
+    texts = [f"prompt {i}" for i in range(200, 500)]
+    assert hashlib.sha256(b"prompt 396").digest()[15] == 0
+    first = cached_embed(embedder, texts, path)
+    assert len(embedder.embedded) == 300
+    again = cached_embed(embedder, ["new one", *texts[::-1], "new one"], path)
+    assert embedder.embedded[300:] == ["new one"]
+    assert np.array_equal(again[1:-1], first[::-1])
+    assert np.array_equal(again[0], again[-1])
+    assert np.array_equal(first, embed_texts(CountingEmbedder(), texts))
