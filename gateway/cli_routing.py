@@ -148,6 +148,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from routers import datasets
     from routers.evaluation import calibration
     from routers.offline import (
+        embedding_cache_path,
         evaluate,
         evaluate_three_tier,
         evaluation_sets,
@@ -176,9 +177,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         sets = evaluation_sets(splits)
         three = three_tier_set(splits)
 
+    cache = None if args.no_cache else embedding_cache_path(built.embedder.name)
+
     def score(examples: list[datasets.Example]) -> list[float]:
         conversations = [e.messages for e in examples]
-        return [s.score for s in score_conversations(built.classifier, built.embedder, conversations)]
+        scored = score_conversations(built.classifier, built.embedder, conversations, cache)
+        return [s.score for s in scored]
 
     scores = {name: score(list(examples)) for name, examples in sets.items()}
     print(format_table(evaluate(sets, scores, seed=args.seed)))
@@ -193,7 +197,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         weak = np.array([e.weak for e in every], dtype=np.float64)
         pooled = np.concatenate([np.asarray(scores[n], dtype=np.float64) for n in sets])
         print()
-        print(format_calibration("all held-out rows, P(cheapest tier failed)", calibration(pooled, 1 - weak)))
+        print(
+            format_calibration(
+                "all held-out rows, P(cheapest tier failed)", calibration(pooled, 1 - weak)
+            )
+        )
     return 0
 
 
@@ -235,5 +243,6 @@ def add_commands(sub: Any) -> None:
         "--data", type=Path, default=None, help="labelled file with small_correct/large_correct"
     )
     judge.add_argument("--seed", type=int, default=0)
+    judge.add_argument("--no-cache", action="store_true", help="embed afresh, keep nothing")
     judge.add_argument("--config", type=Path, default=None)
     judge.set_defaults(func=cmd_eval)

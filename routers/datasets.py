@@ -30,6 +30,8 @@ from routers.features import prompt_messages
 DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "routing"
 POOL = DATA_DIR / "pool.csv.gz"
 GOLDEN = DATA_DIR / "golden.csv.gz"
+ANCHORS = DATA_DIR / "anchors.csv"
+ANCHOR_WEIGHT = 5.0
 # Whole benchmarks never trained on: traffic unlike the training set.
 HELD_OUT_BENCHMARKS = frozenset({"winogrande", "openbook_qa", "mbpp"})
 GSM8K_HARD_STEPS = 4
@@ -136,6 +138,17 @@ def load_golden(path: Path = GOLDEN) -> list[tuple[Example, bool]]:
     return out
 
 
+def load_anchors(path: Path = ANCHORS, weight: float = ANCHOR_WEIGHT) -> list[Example]:
+    """Hand-labelled anchors for what the benchmarks lack: chit-chat and one-line facts
+    (label 0) and open-ended expert work (label 1). Judged, not measured: see the README."""
+    return [
+        Example(
+            tuple(prompt_messages(r["prompt"])), float(r["label"]), weight, "anchors", "anchors"
+        )
+        for r in _rows(path)
+    ]
+
+
 def _operator_example(record: Mapping[str, Any], where: str) -> Example:
     if "messages" in record and record["messages"] not in (None, ""):
         messages = record["messages"]
@@ -205,6 +218,7 @@ def shared_splits(pool_path: Path = POOL, golden_path: Path = GOLDEN) -> Splits:
     golden = load_golden(golden_path)
     train = [e for e in pool if e.benchmark not in HELD_OUT_BENCHMARKS]
     train += [e for e, held in golden if not held]
+    train += load_anchors()
     return Splits(
         train=train,
         golden_test=[e for e, held in golden if held],

@@ -84,7 +84,7 @@ class TierMix:
 
 
 def tier_mix(tiers: npt.NDArray[np.intp], correct: FloatArray, cost: FloatArray) -> TierMix:
-    """Accuracy and cost when row ``i`` goes to tier ``tiers[i]`` (columns: tiers, cheapest first)."""
+    """Accuracy and cost when row ``i`` goes to ``tiers[i]`` (columns: tiers, cheapest first)."""
     rows = np.arange(len(tiers))
     counts = np.bincount(tiers, minlength=correct.shape[1])
     return TierMix(
@@ -102,7 +102,7 @@ def best_three_tier(
     seed: int = 0,
     step: float = 0.01,
 ) -> TierMix:
-    """The best accuracy a score reaches within ``budget`` × always-largest cost.
+    """The best accuracy a score reaches within ``budget`` times the always-largest cost.
 
     The score ranks requests (ties at random, seeded); every split on a ``step`` grid is
     tried: the lowest share to the small tier, the highest to the large, the rest medium.

@@ -91,9 +91,14 @@ def score_conversations(
     classifier: ComplexityClassifier,
     embedder: SyncEmbedder,
     conversations: Sequence[Sequence[Mapping[str, Any]]],
+    cache: Path | None = None,
 ) -> list[ComplexityScore]:
+    """Scores of many conversations; ``cache``: an ``embedding_cache_path`` to reuse."""
     texts = [last_user_text(c) for c in conversations]
-    return classifier.classify_many(conversations, texts, embed_texts(embedder, texts))
+    vectors = (
+        embed_texts(embedder, texts) if cache is None else cached_embed(embedder, texts, cache)
+    )
+    return classifier.classify_many(conversations, texts, vectors)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +213,9 @@ def evaluate_three_tier(
 
 def _mix(m: TierMix) -> str:
     shares = "/".join(f"{x:.2f}" for x in m.shares)
-    return f"accuracy {m.accuracy:.3f} at {m.cost_share:6.1%} of always-large cost (shares {shares})"
+    return (
+        f"accuracy {m.accuracy:.3f} at {m.cost_share:6.1%} of always-large cost (shares {shares})"
+    )
 
 
 def format_three_tier(row: ThreeTierRow, thresholds: tuple[float, float]) -> str:
@@ -230,7 +237,10 @@ TIER_NAMES = ("small", "medium", "large")
 
 def format_calibration(title: str, cal: Calibration) -> str:
     """A text reliability diagram: per score bin, the mean score against the observed rate."""
-    lines = [f"calibration: {title}: ECE {cal.ece:.3f}", "  score bin      n   mean score  observed"]
+    lines = [
+        f"calibration: {title}: ECE {cal.ece:.3f}",
+        "  score bin      n   mean score  observed",
+    ]
     for lo, hi, n, mean, seen in cal.bins:
         bar = "#" * round(seen * 40)
         lines.append(f"  {lo:.1f}-{hi:.1f}  {n:>6}      {mean:.3f}     {seen:.3f}  {bar}")

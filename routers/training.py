@@ -43,9 +43,11 @@ class TrainOptions:
     # Added to the standardised log-length weight of the within ranker: inside a benchmark
     # longer prompts are harder, more than the pooled fit learns (docs/classifier.md).
     length_prior: float = 1.0
-    soft_target: bool = True  # rank on the pool's multi-model failure share
+    soft_target: bool = False  # rank on the pool's multi-model failure share
     level_head: bool = True  # stack the no-offset ranker beside the within ranker
     calibration_folds: int = 5  # benchmark-held-out folds for stacking; 0: uncalibrated
+    length_stack: bool = False  # let the stacking pick the weight of plain log-length
+    golden_weight: float = 1.0  # row weight of the golden sample (the evaluation's models)
 
 
 def feature_matrix(examples: Sequence[Example]) -> Array:
@@ -120,7 +122,12 @@ def family_folds(families: Sequence[str], folds: int) -> list[npt.NDArray[np.int
 
 
 def _stack(data: _Data, heads: Sequence[F64], options: TrainOptions) -> F64:
-    """Out-of-family logits → (weights of each ranker, intercept) predicting the label."""
+    """Out-of-family logits → one weight vector (intercept last) whose logistic is P(label).
+
+    Stage A (ranking, with benchmark offsets): how much of each ranker, and of plain
+    log-length, to trust on a benchmark never seen. Stage B (calibration): a logistic map
+    of that ranking onto the label, fitted on the same out-of-family predictions, so it
+    keeps the order within a benchmark and only sets the scale."""
     from sklearn.linear_model import LogisticRegression
 
     everything = np.arange(len(data.label))
@@ -128,13 +135,48 @@ def _stack(data: _Data, heads: Sequence[F64], options: TrainOptions) -> F64:
     for held in family_folds(data.families, options.calibration_folds):
         rest = np.setdiff1d(everything, held)
         oof[held] = _logits(data.z[held], _rankers(data, rest, options))
+    dim = data.z.shape[1]
+    parts = list(heads)
+    if options.length_stack:
+        length = np.zeros(dim + 1)
+        length[dim - len(FEATURES) + FEATURES.index("log_chars_total")] = 1.0
+        parts.append(length)
+        oof = np.concatenate([oof, (data.z @ length[:-1])[:, None]], axis=1)
+    mix = np.ones(1)
+    if len(parts) > 1:
+        mix, _ = _fit_head(
+            oof, data.rank_target, data.weight, data.groups, 100.0, options.seed, True
+        )
+    rank = oof @ mix
     y = data.label
-    xs, ys = np.concatenate([oof, oof]), np.concatenate([np.ones(len(y)), np.zeros(len(y))])
+    xs = np.concatenate([rank, rank])[:, None]
+    ys = np.concatenate([np.ones(len(y)), np.zeros(len(y))])
     ws = np.concatenate([data.weight * y, data.weight * (1.0 - y)])
     keep = ws > 0
-    stacker = LogisticRegression(C=100.0, max_iter=1000, random_state=options.seed)
-    stacker.fit(xs[keep], ys[keep], sample_weight=ws[keep])
-    return np.append(stacker.coef_[0], stacker.intercept_[0])
+    platt = LogisticRegression(C=100.0, max_iter=1000, random_state=options.seed)
+    platt.fit(xs[keep], ys[keep], sample_weight=ws[keep])
+    if platt.coef_[0][0] <= 0:
+        # Pooled, the ranking would be read backwards (benchmarks differ more than their
+        # rows): keep the order, take the slope within benchmarks instead.
+        slope, _ = _fit_head(rank[:, None], y, data.weight, data.groups, 100.0, options.seed, True)
+        platt.coef_[0][0] = max(float(slope[0]), 1e-3)
+        platt.intercept_[0] = _intercept(rank * platt.coef_[0][0], y, data.weight)
+    combined = platt.coef_[0][0] * sum(
+        (m * h for m, h in zip(mix, parts, strict=True)), np.zeros(dim + 1)
+    )
+    combined[-1] += platt.intercept_[0]
+    return np.asarray(combined, dtype=np.float64)
+
+
+def _intercept(logit: F64, y: F64, w: F64) -> float:
+    """The offset that makes ``sigmoid(logit + b)`` match the weighted label mean (bisection)."""
+    lo, hi = -30.0, 30.0
+    target = float(np.average(y, weights=w))
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        mean = float(np.average(1 / (1 + np.exp(-(logit + mid))), weights=w))
+        lo, hi = (mid, hi) if mean < target else (lo, mid)
+    return (lo + hi) / 2
 
 
 def fit(
@@ -158,27 +200,31 @@ def fit(
     chosen = [examples[i] for i in labelled]
     label = np.array([e.label for e in chosen], dtype=np.float64)
     target = np.array(
-        [e.difficulty if options.soft_target and e.difficulty is not None else e.label for e in chosen],
+        [
+            e.difficulty if options.soft_target and e.difficulty is not None else e.label
+            for e in chosen
+        ],
         dtype=np.float64,
     )
     data = _Data(
         z[labelled],
         target,
         label,
-        np.array([e.weight for e in chosen], dtype=np.float64),
+        np.array(
+            [e.weight * (options.golden_weight if e.source == "golden" else 1.0) for e in chosen],
+            dtype=np.float64,
+        ),
         [f"{e.source}/{e.benchmark}" for e in chosen],
         [family(e.benchmark) for e in chosen],
     )
     rows = np.arange(len(chosen))
     heads = _rankers(data, rows, options)
     families = len(set(data.families))
+    combined = heads[0]
     if options.calibration_folds and families >= 2:
-        stack = _stack(data, heads, options)
-    else:
-        stack = np.append(np.eye(1, len(heads))[0], 0.0)
-    combined = sum(a * h for a, h in zip(stack[:-1], heads, strict=True))
+        combined = _stack(data, heads, options)
     coefs = [combined[:-1]]
-    intercepts = [float(combined[-1] + stack[-1])]
+    intercepts = [float(combined[-1])]
     out_heads = [HEAD_MORE]
     large = [i for i, e in enumerate(examples) if e.large is not None]
     if len(large) >= MIN_LARGE_LABELS:
@@ -210,7 +256,8 @@ def fit(
             "soft_target": options.soft_target,
             "level_head": options.level_head,
             "calibration_folds": options.calibration_folds,
-            "stack": [round(float(s), 6) for s in stack],
+            "length_stack": options.length_stack,
+            "golden_weight": options.golden_weight,
             "examples": len(labelled),
             **(info or {}),
         },

@@ -164,7 +164,9 @@ class CountingEmbedder:
 
     def embed_sync(self, texts: list[str]) -> np.ndarray:
         self.embedded += texts
-        return fake_vectors([datasets.Example(tuple(prompt_messages(t)), 0.0, 1.0, "b", "s") for t in texts])
+        return fake_vectors(
+            [datasets.Example(tuple(prompt_messages(t)), 0.0, 1.0, "b", "s") for t in texts]
+        )
 
     async def embed(self, texts: list[str]) -> np.ndarray:
         return self.embed_sync(texts)
