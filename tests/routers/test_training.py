@@ -6,9 +6,11 @@ import hashlib
 import json
 import zipfile
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from routers import datasets
@@ -162,13 +164,13 @@ class CountingEmbedder:
     def __init__(self) -> None:
         self.embedded: list[str] = []
 
-    def embed_sync(self, texts: list[str]) -> np.ndarray:
+    def embed_sync(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         self.embedded += texts
         return fake_vectors(
             [datasets.Example(tuple(prompt_messages(t)), 0.0, 1.0, "b", "s") for t in texts]
         )
 
-    async def embed(self, texts: list[str]) -> np.ndarray:
+    async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         return self.embed_sync(texts)
 
     async def aclose(self) -> None:
