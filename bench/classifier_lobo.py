@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from policies.schema import ClassifierConfig
 from routers import datasets
-from routers.embedding import build_embedder
+from routers.embedders import build_embedder
 from routers.evaluation import report
 from routers.offline import cached_embed, embedding_cache_path, prompt_length
 from routers.training import TrainOptions, feature_matrix, fit

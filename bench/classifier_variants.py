@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from policies.schema import ClassifierConfig
 from routers import datasets
 from routers.classifier import ComplexityModel
-from routers.embedding import SyncEmbedder, build_embedder
+from routers.embedders import build_embedder
+from routers.embedding import SyncEmbedder
 from routers.evaluation import calibration
 from routers.offline import (
     cached_embed,
