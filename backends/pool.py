@@ -78,6 +78,17 @@ class EnginePool:
         self._freed = asyncio.Event()
         self._turn = itertools.count()
 
+    def add(self, replica: Replica) -> None:
+        """A node found at run time joins; picks see it from the next request on."""
+        if replica not in self.replicas:
+            self.replicas = (*self.replicas, replica)
+            self._freed.set()
+
+    def remove(self, replica: Replica) -> None:
+        """A node gone from discovery leaves; its streams in flight end on their own."""
+        self.replicas = tuple(r for r in self.replicas if r is not replica)
+        self.index.forget(replica.key)
+
     def models(self) -> set[str]:
         return {r.engine.model for r in self.replicas}
 
