@@ -56,7 +56,11 @@ def front_config(endpoints_file: Path, redis_url: str | None, prefix: str) -> di
                 "backend": "openai",
                 "model": MODEL,
                 "options": {"api_key_env": "TIERGATE_NODE_KEY", "timeout_s": 30},
-                "discover": {"file": str(endpoints_file), "refresh_s": 0.25, "load_interval_s": 0.1},
+                "discover": {
+                    "file": str(endpoints_file),
+                    "refresh_s": 0.25,
+                    "load_interval_s": 0.1,
+                },
             }
         },
         "tiers": {"small": {"engines": ["small-nodes"], "pool": {"rebuild_dead": False}}},
