@@ -19,6 +19,8 @@ class ServerConfig(Frozen):
     max_body_bytes: int = Field(4 * 1024 * 1024, gt=0)
     request_timeout_s: float = Field(600.0, gt=0)
     timing_header: bool = False  # per-stage ``Server-Timing`` on responses (for bench/)
+    # On SIGTERM, streams in flight get this long to finish (an engine node: the longest one).
+    shutdown_grace_s: float = Field(10.0, gt=0, le=3600)
 
 
 class DiscoverySpec(Frozen):
