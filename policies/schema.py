@@ -20,7 +20,7 @@ class ServerConfig(Frozen):
     request_timeout_s: float = Field(600.0, gt=0)
     timing_header: bool = False  # per-stage ``Server-Timing`` on responses (for bench/)
     # On SIGTERM, streams in flight get this long to finish (an engine node: the longest one).
-    shutdown_grace_s: float = Field(10.0, gt=0, le=3600)
+    shutdown_grace_s: int = Field(10, ge=1, le=3600)
 
 
 class DiscoverySpec(Frozen):
