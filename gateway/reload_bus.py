@@ -69,7 +69,7 @@ class ReloadBus:
             log.error("reload bus: not subscribed yet; reloads from other fronts may be missed")
 
     async def publish(self, version: str) -> int:
-        """Tell every front; returns how many subscribers heard it."""
+        """Tell every front; returns how many are listening (this one included)."""
         self.published = version
         message = orjson.dumps({"version": version, "origin": self.origin})
         return int(await self._redis.publish(self.channel, message))
@@ -141,9 +141,9 @@ async def reload_and_publish(request: Request) -> Response:
     body["version"] = version = config_version(state.config)
     if bus is not None:
         try:
-            body["fronts_told"] = await bus.publish(version)
+            body["fronts_listening"] = await bus.publish(version)
         except RedisError as exc:
             log.error("reload bus: publish failed: %s", exc)
-            body["fronts_told"] = None
+            body["fronts_listening"] = None
             body["publish_error"] = "Redis did not take the message; other fronts keep theirs"
     return Response(orjson.dumps(body), media_type="application/json")
