@@ -16,7 +16,9 @@ the pool stops picking it and retries its unstarted requests on another node.
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -41,6 +43,8 @@ from backends.errors import (
     UpstreamTimeout,
 )
 from backends.sse_parse import EventSplitter, ToolCallMerger, usage_of
+
+log = logging.getLogger(__name__)
 
 
 def map_status(status: int, message: str) -> EngineError:
@@ -171,18 +175,27 @@ class OpenAICompatEngine:
             async with session.get(self._load_url, timeout=self._probe_timeout) as response:
                 raw = await response.read()
                 status = response.status
-        except (aiohttp.ClientError, TimeoutError):
-            self._remote = None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            self._set_remote(None, f"load read failed: {exc!r}")
             return None
-        self._remote = _load_of(raw) if status == 200 else None
+        self._set_remote(_load_of(raw) if status == 200 else None, f"load answered {status}")
         return self._remote
+
+    def _set_remote(self, load: EngineLoad | None, why: str) -> None:
+        was = self._remote is not None and self._remote.healthy
+        self._remote = load
+        now = load is not None and load.healthy
+        if was != now:
+            # Wall-clock time in the message: bench/multinode.py times failover from it.
+            state = "back in rotation" if now else f"out of rotation ({why})"
+            log.warning("%s %s at unix %.3f", self.name, state, time.time())
 
     def _broken(self, exc: BaseException) -> EngineError:
         """Map a transport failure; on a node, a broken connection takes it out of rotation."""
         if self.probe_load and isinstance(
             exc, aiohttp.ClientConnectionError | aiohttp.ClientPayloadError
         ):
-            self._remote = None
+            self._set_remote(None, f"connection broke: {exc!r}")
         return map_exception(exc)
 
     def _payload(self, request: GenerationRequest, stream: bool) -> tuple[URL, bytes]:

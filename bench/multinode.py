@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -35,6 +36,7 @@ from bench.nodes import MODEL, NODE_KEY, REPO, NodeProcess, free_port, front_con
 
 TENANT_KEY = "tg-bench-multinode-key-0123"
 REDIS_URL = os.environ.get("TIERGATE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+OUT_OF_ROTATION = re.compile(r"@(?P<node>\S+) out of rotation .* at unix (?P<at>[0-9.]+)")
 MESSAGES = [{"role": "user", "content": "Summarise the benefits of connection pooling."}]
 
 
@@ -70,6 +72,14 @@ class FrontProcess:
         body = httpx.get(self.base_url + "/readyz", timeout=2).json()
         nodes: dict[str, bool] = body.get("nodes", {}).get("small-nodes", {})
         return nodes
+
+    def marked_out(self, node: str) -> float | None:
+        """When the front logged ``node`` out of rotation (unix time), if it did."""
+        for line in self.log_path.read_text().splitlines():
+            found = OUT_OF_ROTATION.search(line)
+            if found and found["node"] == node:
+                return float(found["at"])
+        return None
 
     def stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
@@ -175,7 +185,7 @@ def run(args: argparse.Namespace, nodes: list[NodeProcess], front: FrontProcess)
     spec["duration"], spec["warmup"] = 6.0, 0.0
     proc = loadgen(spec)
     time.sleep(2.5)
-    killed = time.monotonic()
+    killed, killed_wall = time.monotonic(), time.time()
     nodes[1].kill()
     while front.nodes().get(victim, False):
         if time.monotonic() - killed > 10:
@@ -184,7 +194,10 @@ def run(args: argparse.Namespace, nodes: list[NodeProcess], front: FrontProcess)
         time.sleep(0.005)
     out_s = time.monotonic() - killed
     result = finish(proc)
-    print(f"\nfailover: node out of rotation {out_s * 1000:.0f} ms after SIGKILL")
+    marked = front.marked_out(victim)
+    inside = f"{(marked - killed_wall) * 1000:.0f} ms" if marked is not None else "not logged"
+    print(f"\nfailover: the front took node 2 out of rotation {inside} after SIGKILL (its log);")
+    print(f"          /readyz polled over HTTP showed it out after {out_s * 1000:.0f} ms")
     print(
         f"load across the kill: {result['ok']} ok, {result['errors']} errors "
         f"{result['error_kinds']}, p99 {result['latency_p99_ms']:.0f} ms"
