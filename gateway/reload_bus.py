@@ -19,7 +19,6 @@ import uuid
 from typing import Any
 
 import orjson
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
@@ -84,7 +83,7 @@ class ReloadBus:
                     message = await pubsub.get_message(timeout=1.0)
                     if message is not None:
                         self._heard(message["data"])
-            except (RedisConnectionError, OSError) as exc:
+            except (RedisError, OSError) as exc:
                 log.warning("reload bus: lost Redis (%s); resubscribing", exc)
                 await asyncio.sleep(1.0)
             finally:

@@ -106,6 +106,11 @@ def test_requests_balance_across_nodes(deployment: Deployment) -> None:
     assert deployment.readyz()["nodes"]["small-nodes"] == {
         f"127.0.0.1:{n.port}": True for n in deployment.nodes
     }
+    node_load = deployment.nodes[0].url + "/load"
+    assert httpx.get(node_load).status_code == 401  # the node's API key guards it
+    load = httpx.get(node_load, headers={"authorization": f"Bearer {NODE_KEY}"}).json()
+    assert load["healthy"] is True and load["tiers"]["small"]["replicas"] == 1
+    assert {"running", "waiting", "kv_usage", "inflight", "max_inflight"} <= set(load)
     before = deployment.served()
     results = run_streams(deployment.front, [f"question {i}" for i in range(40)])
     assert all(error is None and tokens == 8 for tokens, error in results), results

@@ -94,14 +94,15 @@ def test_a_reload_on_one_front_applies_on_every_front_within_a_second(fronts: Fr
     assert answer.status_code == 200, answer.text
     body = answer.json()
     assert body["fronts_listening"] == 3 and body["version"] != old
-    took = fronts.until_all_run(body["version"], timeout_s=5)
-    assert time.monotonic() - started < 1.0, took
+    assert fronts.until_all_run(body["version"], timeout_s=5) < 5
+    took = time.monotonic() - started
+    assert took < 1.0, took
     for i in range(3):
         ready = fronts.readyz(i)
         assert ready["config_version"] == ready["published_version"] == body["version"]
     for front in fronts.fronts:
         assert front.state.config.routing.thresholds == (0.2, 0.9)
-    print(f"reload reached 3 fronts {took * 1000:.0f} ms after the reload call returned")
+    print(f"reload call on 1 front to all 3 running the new version: {took * 1000:.0f} ms")
 
 
 def test_a_front_whose_file_lags_catches_up_when_it_arrives(fronts: Fronts) -> None:
