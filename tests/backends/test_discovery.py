@@ -11,6 +11,7 @@ import pytest
 from aiohttp import web
 from pydantic import ValidationError
 
+from backends.base import GenerationRequest, SamplingParams
 from backends.discovery import (
     DiscoveryFailed,
     DnsEndpoints,
@@ -25,23 +26,37 @@ from backends.pool import EnginePool, Replica
 from policies.schema import EngineSpec
 from tests.support import free_port
 
+SSE = (
+    b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
+    b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],'
+    b'"usage":{"prompt_tokens":3,"completion_tokens":1}}\n\n'
+    b"data: [DONE]\n\n"
+)
+
 
 class LoadServer:
-    """Answers ``GET /v1/load`` with whatever ``body`` holds (or a status)."""
+    """Answers ``GET /v1/load`` with whatever ``body`` holds (or a status), and chat
+    completions with a one-token stream, counting them."""
 
     def __init__(self) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
         self.body: dict[str, Any] = {"running": 2, "waiting": 3, "kv_usage": 0.5, "healthy": True}
         self.status = 200
+        self.served = 0
         self._runner: web.AppRunner | None = None
 
     async def _load(self, request: web.Request) -> web.Response:
         return web.json_response(self.body, status=self.status)
 
+    async def _chat(self, request: web.Request) -> web.Response:
+        self.served += 1
+        return web.Response(body=SSE, content_type="text/event-stream")
+
     async def start(self) -> None:
         app = web.Application()
         app.router.add_get("/v1/load", self._load)
+        app.router.add_post("/v1/chat/completions", self._chat)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
@@ -124,6 +139,22 @@ async def test_nodes_join_leave_and_drain(servers: list[LoadServer]) -> None:
     leaving.inflight = 0
     await nodes.refresh()
     assert not engine.load().healthy  # closed once drained
+    await nodes.aclose()
+
+
+async def test_the_pool_scores_nodes_by_their_reported_load(servers: list[LoadServer]) -> None:
+    busy, idle = servers
+    busy.body = {"running": 200, "waiting": 40, "kv_usage": 0.95, "healthy": True}
+    idle.body = {"running": 1, "waiting": 0, "kv_usage": 0.05, "healthy": True}
+    nodes, pool, _ = node_set(ListSource([busy.url, idle.url]))
+    await nodes.refresh()
+    for i in range(6):
+        request = GenerationRequest(
+            f"r{i}", "m", SamplingParams(), messages=({"role": "user", "content": f"q{i}"},)
+        )
+        chunks = [chunk async for chunk in pool.stream(request)]
+        assert "".join(c.text for c in chunks) == "hi"
+    assert (busy.served, idle.served) == (0, 6)
     await nodes.aclose()
 
 
