@@ -38,5 +38,5 @@ def node_load(state: GatewayState) -> dict[str, object]:
 
 async def load(request: Request) -> Response:
     state = get_state(request)
-    authenticate(request, state)
+    await authenticate(request, state)
     return Response(orjson.dumps(node_load(state)), media_type="application/json")
