@@ -21,28 +21,39 @@ from backends.registry import build_engine
 from gateway.admin.routes import admin_router
 from gateway.admin_auth import weak_admin_key
 from gateway.cache.build import close_cache, open_cache
+from gateway.cluster import join_cluster
 from gateway.error_boundary import install_error_handling
 from gateway.http import GatewayRoute
 from gateway.metrics import GatewayMetrics
 from gateway.openapi import ADMIN_ERRORS, GatewayApp
-from gateway.reload import install_sighup, reload_endpoint, remove_sighup
+from gateway.reload import install_sighup, remove_sighup
+from gateway.reload_bus import reload_and_publish
 from gateway.routes import (
     admin_budgets,
     admin_cache,
+    admin_keys,
     chat,
     completions,
     explain,
     health,
+    load,
     metrics,
     models,
 )
 from gateway.state import GatewayState
 from gateway.throttle import GuessThrottle
 from gateway.tracing import open_tracing
-from policies.ledger import open_ledger
+from policies.key_directory import KeyDirectory
 from policies.schema import GatewayConfig, PoolSpec
-from policies.spending import open_budget_store, open_rate_limiter
-from policies.store import open_store
+from policies.store import StoreUnavailable
+from policies.stores import (
+    open_audit,
+    open_budget_store,
+    open_key_store,
+    open_ledger,
+    open_rate_limiter,
+    open_store,
+)
 from policies.tenants import KeyRing
 from routers.setup import RoutingModels
 
@@ -52,17 +63,13 @@ log = logging.getLogger(__name__)
 async def build_state(
     config: GatewayConfig, tracer_provider: TracerProvider | None = None
 ) -> GatewayState:
-    store = open_store(
-        config.redis_url,
-        timeout_s=config.redis_timeout_s,
-        max_connections=config.redis_max_connections,
-    )
+    store = open_store(config)
     replicas: dict[str, list[Replica]] = {}
     for name, spec in config.engines.items():
         max_inflight = int(spec.options.get("max_inflight", 256))
         options = {k: v for k, v in spec.options.items() if k != "max_inflight"}
-        replicas[name] = []
-        for i in range(spec.replicas):
+        replicas[name] = []  # with ``discover``: filled by gateway.cluster as nodes are found
+        for i in range(spec.replicas if spec.discover is None else 0):
             builder = partial(build_engine, spec.backend, f"{name}-{i}", spec.model, options)
             replicas[name].append(Replica(builder(), max_inflight, builder=builder))
     engines = [r.engine for group in replicas.values() for r in group]
@@ -73,22 +80,26 @@ async def build_state(
         )
         for tier_name, tier in config.tiers.items()
     }
-    ledger = open_ledger(store, config.redis_prefix)
+    ledger = open_ledger(store)
     notes: list[str] = []
     routing = await _load_classifier(config, notes)
     shared = routing.embedder if routing is not None else None
     cache, embedder = await open_cache(config, store, shared)
+    keyring = KeyRing.from_config(config)
+    keys = KeyDirectory(open_key_store(store), config, keyring)
     state = GatewayState(
         config=config,
-        keyring=KeyRing.from_config(config),
+        keyring=keyring,
         store=store,
         ledger=ledger,
         replicas=replicas,
         pools=pools,
         metrics=GatewayMetrics(config),
         tracing=open_tracing(tracer_provider),
-        budgets=open_budget_store(config, ledger),
+        budgets=open_budget_store(config, store, ledger),
         limiter=open_rate_limiter(config, store),
+        keys=keys,
+        audit=open_audit(store),
         cache=cache,
         embedder=embedder or shared,  # one embedder: the cache and the classifier share it
         classifier=routing.classifier if routing is not None else None,
@@ -98,6 +109,15 @@ async def build_state(
         ),
     )
     return state
+
+
+async def poll_keys(state: GatewayState) -> None:
+    """Keep API-managed keys in step with the store (revocations reach this replica)."""
+    try:
+        await state.keys.refresh()
+    except StoreUnavailable as exc:
+        log.warning("key store unreachable at startup: %s", exc)
+    await state.keys.run()
 
 
 def pool_settings(spec: PoolSpec) -> PoolSettings:
@@ -163,8 +183,10 @@ def create_app(
         state = await build_state(config, tracer_provider)
         state.config_source = config_source
         app.state.tiergate = state
+        app.state.tiergate_cluster = cluster = await join_cluster(state)
         reloads: set[asyncio.Task[None]] = set()
         hup = config_source is not None and install_sighup(state, reloads)
+        key_poller = asyncio.create_task(poll_keys(state))
         state.ready = True
         # Long-lived startup objects leave the GC's young generations: shorter pauses later.
         gc.collect()
@@ -174,8 +196,11 @@ def create_app(
             yield
         finally:
             state.ready = False
+            key_poller.cancel()
+            await asyncio.gather(key_poller, return_exceptions=True)
             if hup:
                 remove_sighup()
+            await cluster.aclose()
             await close_state(state)
 
     app = GatewayApp(
@@ -202,11 +227,14 @@ def create_app(
         app.include_router(router)
     app.add_api_route(
         "/admin/api/policies/reload",
-        reload_endpoint,
+        reload_and_publish,
         methods=["POST"],
         tags=["admin"],
         responses=ADMIN_ERRORS,
     )
+    # Not yet on FastAPI dependencies (added by other slices): raw Starlette routes.
+    app.add_route("/v1/load", load.load, methods=["GET"])
+    admin_keys.add_routes(app)
     return app
 
 

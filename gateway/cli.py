@@ -21,6 +21,8 @@ def load_effective_config(path: Path | None) -> GatewayConfig:
     updates: dict[str, object] = {}
     if settings.redis_url is not None:
         updates["redis_url"] = settings.redis_url or None
+    if settings.redis_cluster is not None:
+        updates["redis_cluster"] = settings.redis_cluster
     server: dict[str, object] = {}
     if settings.host is not None:
         server["host"] = settings.host
@@ -60,6 +62,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level=get_settings().log_level,
         access_log=args.access_log,
         loop="auto",
+        timeout_graceful_shutdown=config.server.shutdown_grace_s,
     )
     server = uvicorn.Server(options)
     server.run()
@@ -90,6 +93,7 @@ BENCHMARKS = {
     "cache": "cache_latency.py",
     "cache-pairs": "cache_pairs.py",
     "budgets": "budget_overhead.py",
+    "keys": "keys_overhead.py",  # API-managed keys vs YAML keys, passthrough CPU per request
     "observability": "observability_overhead.py",
     "embedded": "embedded.py",
     "vllm": "vllm_inprocess.py",

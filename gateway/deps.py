@@ -41,9 +41,9 @@ async def gateway_state(request: Request) -> GatewayState:
 
 
 async def tenant_call(request: Request) -> TenantCall:
-    """The tenant behind the Bearer key (``state.keyring`` decides)."""
+    """The tenant behind the Bearer key (``state.keys`` decides)."""
     state: GatewayState = request.app.state.tiergate
-    return TenantCall(state, authenticate(state, bearer_key(request)))
+    return TenantCall(state, await authenticate(state, bearer_key(request)))
 
 
 async def admin_access(request: Request) -> GatewayState:

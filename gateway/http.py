@@ -11,11 +11,18 @@ from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.errors import InvalidApiKey, InvalidRequest, PayloadTooLarge, RequestTimeout
+from gateway.errors import (
+    InvalidApiKey,
+    InvalidRequest,
+    PayloadTooLarge,
+    RequestTimeout,
+    ServiceUnavailable,
+)
 from gateway.sse import wait_disconnect
 from gateway.state import GatewayState
 from gateway.timing import begin_request
 from gateway.tracing import AUTH, stage, traced
+from policies.store import StoreUnavailable
 from policies.tenants import Principal
 
 T = TypeVar("T")
@@ -131,15 +138,19 @@ def bearer_key(request: Request) -> str | None:
     return key if scheme.lower() == "bearer" else None
 
 
-def authenticate(state: GatewayState, key: str | None) -> Principal:
-    """The tenant behind a Bearer key (the one place tenant keys are checked)."""
+async def authenticate(state: GatewayState, key: str | None) -> Principal:
+    """The tenant behind a Bearer key (the one place tenant keys are checked:
+    ``state.keys``, the config's keys and the API-managed ones)."""
     with stage(AUTH) as span:
         key = (key or "").strip()
         if not key:
             raise InvalidApiKey(
                 "You didn't provide an API key (header 'Authorization: Bearer KEY')."
             )
-        principal = state.keyring.authenticate(key)
+        try:
+            principal = await state.keys.authenticate(key)
+        except StoreUnavailable:
+            raise ServiceUnavailable("the key store is unreachable") from None
         if principal is None:
             raise InvalidApiKey("Incorrect API key provided.")
         span.set_attribute("tiergate.tenant", principal.tenant)

@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.deps import AdminKeyDep
+from gateway.admin_auth import require_admin
 from gateway.errors import InvalidRequest
-from gateway.state import GatewayState
+from gateway.routes.admin_audit import record
+from gateway.state import GatewayState, get_state
 from policies.loader import ConfigError
 from policies.schema import GatewayConfig
 from policies.tenants import KeyRing
@@ -47,6 +49,8 @@ def _needs_restart(old: GatewayConfig, new: GatewayConfig) -> list[str]:
         "routing.classifier": (old.routing.classifier, new.routing.classifier),
         "server": (old.server, new.server),
         "redis_url": (old.redis_url, new.redis_url),
+        "redis_cluster": (old.redis_cluster, new.redis_cluster),
+        "redis_prefix": (old.redis_prefix, new.redis_prefix),
     }
     return [f"{name}: changing it needs a restart" for name, (a, b) in fixed.items() if a != b]
 
@@ -69,6 +73,7 @@ async def reload_policies(state: GatewayState) -> Reloaded:
     config, keyring = await asyncio.to_thread(_prepare, state)
     # No await between these two lines: no request can see half of the change.
     state.config, state.keyring = config, keyring
+    state.keys.reconfigure(config, keyring)
     log.info("policies reloaded: %d tenants", len(config.tenants))
     return Reloaded(len(config.tenants), config.routing.thresholds)
 
@@ -103,11 +108,15 @@ def remove_sighup() -> None:
         return
 
 
-async def reload_endpoint(state: AdminKeyDep) -> Response:
+async def reload_endpoint(request: Request) -> Response:
     """``POST /admin/api/policies/reload`` (admin key)."""
+    state = get_state(request)
+    require_admin(request, state)
     try:
         done = await reload_policies(state)
     except PolicyRejected as exc:
+        await record(request, state, "policies.reload_refused", "policies", None,
+                     {"problems": exc.problems})  # fmt: skip
         raise InvalidRequest(
             "policy file refused, the running policy stays: " + "; ".join(exc.problems),
             code="invalid_policy",
@@ -117,4 +126,5 @@ async def reload_endpoint(state: AdminKeyDep) -> Response:
         "tenants": done.tenants,
         "thresholds": list(done.thresholds),
     }
+    await record(request, state, "policies.reload", "policies", None, body)
     return Response(orjson.dumps(body), media_type="application/json")

@@ -14,7 +14,6 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 import orjson
-from redis.exceptions import RedisError
 from starlette.responses import Response
 
 from gateway.admin import report
@@ -72,13 +71,13 @@ async def overview(state: AdminDep, start: str | None = None, end: str | None = 
 
 
 async def _overview(state: GatewayState, start: date, end: date) -> Response:
-    tenants, tiers = list(state.config.tenants), list(state.config.tiers)
+    tenants, tiers = state.keys.tenant_names(), list(state.config.tiers)
     now = today()
     try:
         aggregates = await state.ledger.daily(tenants, start, end)
         today_aggs = await state.ledger.daily(tenants, now, now)
         month_aggs = await state.ledger.daily(tenants, now.replace(day=1), now)
-    except (StoreUnavailable, RedisError) as exc:
+    except StoreUnavailable as exc:
         raise ServiceUnavailable("the ledger is unavailable") from exc
 
     def build() -> dict[str, Any]:
@@ -100,7 +99,7 @@ async def denials(state: AdminDep, start: str | None = None, end: str | None = N
 async def _denials(state: GatewayState, start: date, end: date) -> Response:
     try:
         events = await _events(state, start, end)
-    except (StoreUnavailable, RedisError) as exc:
+    except StoreUnavailable as exc:
         raise ServiceUnavailable("the ledger is unavailable") from exc
     rows = await asyncio.to_thread(report.denials, events, DENIALS_SHOWN)
     return _json(

@@ -12,6 +12,7 @@ from gateway.openapi import ADMIN_ERRORS
 def admin_router() -> APIRouter:
     router = APIRouter(route_class=GatewayRoute, tags=["admin"])
     router.add_api_route("/admin", pages.dashboard, methods=["GET"], include_in_schema=False)
+    router.add_api_route("/admin/keys", pages.keys_page, methods=["GET"], include_in_schema=False)
     router.add_api_route("/admin/login", pages.login, methods=["POST"], include_in_schema=False)
     router.add_api_route("/admin/logout", pages.logout, methods=["POST"], include_in_schema=False)
     router.add_api_route(

@@ -18,6 +18,7 @@ from gateway.deps import AdminDep
 from gateway.errors import ApiError, InvalidRequest
 from gateway.http import GatewayRoute, read_body
 from gateway.openapi import ADMIN_ERRORS, request_body
+from gateway.routes.admin_audit import record
 from gateway.state import GatewayState
 from gateway.wire.admin import BudgetUpdate
 from gateway.wire.common import parse_body
@@ -113,12 +114,15 @@ async def set_budget(request: Request, state: AdminDep) -> Response:
         else BudgetSpec(limit_usd=update.limit_usd, window=update.window)
     )
     try:
+        (before,) = await state.budgets.status([Scope(scope, None)])
         if update.reset:
             await state.budgets.clear_limit(scope)
         else:
             await state.budgets.set_limit(scope, limit)
     except StoreUnavailable as exc:
         raise _unavailable(exc) from exc
+    after = {"limit_usd": update.limit_usd, "window": update.window, "reset": update.reset}
+    await record(request, state, "budget.set", scope, _status_body(before), after)
     return _json({"scope": scope, "reset": update.reset, "limit_usd": update.limit_usd})
 
 
@@ -145,9 +149,10 @@ async def spend_by_day(
     if first > last or (last - first).days >= MAX_DAYS:
         raise InvalidRequest(f"start must be on or before end, at most {MAX_DAYS} days")
     wanted = tenant
-    if wanted is not None and wanted not in state.config.tenants:
+    known = state.keys.tenant_names()
+    if wanted is not None and wanted not in known:
         raise NotFound(f"no tenant {wanted!r}", param="tenant")
-    tenants = [wanted] if wanted is not None else list(state.config.tenants)
+    tenants = [wanted] if wanted is not None else known
     try:
         days = await state.ledger.daily(tenants, first, last)
     except StoreUnavailable as exc:

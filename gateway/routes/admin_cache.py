@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from gateway.cache.service import PromptCache
@@ -14,6 +14,7 @@ from gateway.deps import AdminKeyDep
 from gateway.errors import ApiError, ServiceUnavailable
 from gateway.http import GatewayRoute
 from gateway.openapi import ADMIN_ERRORS
+from gateway.routes.admin_audit import record
 from gateway.state import GatewayState
 
 router = APIRouter(
@@ -91,11 +92,12 @@ async def tenant_usage(tenant: str, state: AdminKeyDep) -> Response:
 
 
 @router.delete("/{tenant}")
-async def flush_tenant(tenant: str, state: AdminKeyDep) -> Response:
+async def flush_tenant(request: Request, tenant: str, state: AdminKeyDep) -> Response:
     cache = _cache(state)
     tenant = _tenant(state, tenant)
     try:
         removed = await cache.flush(tenant)
     except CacheUnavailable as exc:
         raise ServiceUnavailable(f"the cache store is unavailable: {exc}") from exc
+    await record(request, state, "cache.flush", tenant, None, {"removed": removed})
     return _json({"tenant": tenant, "removed": removed})

@@ -1,13 +1,21 @@
-"""``/healthz`` (the process answers) and ``/readyz`` (engines loaded, a tier serves, store up)."""
+"""``/healthz`` (the process answers) and ``/readyz`` (engines loaded, a tier serves, store up).
+
+``/readyz`` also names the running config version (a content hash, equal on fronts that
+run the same file), the last version published through Redis, and each discovered
+engine's nodes with their health.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from gateway.deps import StateDep
 from gateway.http import GatewayRoute
+from gateway.reload_bus import config_version
 
 router = APIRouter(route_class=GatewayRoute, tags=["operations"])
 
@@ -18,11 +26,24 @@ async def healthz() -> Response:
 
 
 @router.get("/readyz", responses={503: {"description": "not ready (the body says why)"}})
-async def readyz(state: StateDep) -> Response:
+async def readyz(request: Request, state: StateDep) -> Response:
     tiers = {name: pool.healthy() for name, pool in state.pools.items()}
     store_ok = await state.store.ping()
     ready = state.ready and store_ok and all(tiers.values())
-    body = {"ready": ready, "store": state.store.kind, "store_ok": store_ok, "tiers": tiers}
+    body: dict[str, Any] = {
+        "ready": ready,
+        "store": state.store.kind,
+        "store_ok": store_ok,
+        "tiers": tiers,
+        "config_version": config_version(state.config),
+    }
+    cluster = getattr(request.app.state, "tiergate_cluster", None)
+    if cluster is not None:
+        if cluster.bus is not None:
+            body["published_version"] = cluster.bus.published
+        nodes = cluster.discovery.nodes()
+        if nodes:
+            body["nodes"] = nodes
     return Response(
         orjson.dumps(body), status_code=200 if ready else 503, media_type="application/json"
     )
