@@ -39,8 +39,10 @@ def assert_internal_error(response: httpx.Response) -> None:
     assert SECRET not in response.text and "Traceback" not in response.text
 
 
-class BrokenKeyRing:
-    def authenticate(self, key: str) -> Any:
+class BrokenKeys:
+    """A key directory with a bug: it raises what no code expects."""
+
+    async def authenticate(self, key: str) -> Any:
         raise RuntimeError(SECRET)
 
 
@@ -66,7 +68,8 @@ def test_unexpected_errors_are_openai_shaped_500s_on_every_route(
 ) -> None:
     with running_gateway(admin_config(fake_config())) as gateway:
         with httpx.Client(base_url=gateway.base_url, timeout=30) as client:
-            gateway.state.keyring = BrokenKeyRing()  # type: ignore[assignment]
+            keys = gateway.state.keys
+            gateway.state.keys = BrokenKeys()  # type: ignore[assignment]
             for method, path in (
                 ("POST", "/v1/chat/completions"),
                 ("POST", "/v1/completions"),
@@ -74,6 +77,7 @@ def test_unexpected_errors_are_openai_shaped_500s_on_every_route(
                 ("GET", "/v1/models"),
             ):
                 assert_internal_error(client.request(method, path, headers=auth(), json=CHAT))
+            gateway.state.keys = keys
             gateway.state.ledger = BrokenLedger()  # type: ignore[assignment]
             for path in ("/admin/api/overview", "/admin/api/denials", "/admin/api/budgets/spend"):
                 assert_internal_error(client.get(path, headers=auth(ADMIN_KEY)))
