@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from backends.base import (
+    FEATURES,
     Chunk,
     EngineCounters,
     EngineLoad,
@@ -33,7 +34,7 @@ def _import_litellm() -> Any:
     import litellm
 
     litellm.telemetry = False
-    litellm.drop_params = True
+    litellm.drop_params = False  # an option the provider lacks is its 400, never dropped
     return litellm
 
 
@@ -77,6 +78,7 @@ class LiteLLMEngine:
         self.name = name
         self.model = model
         self.counters = EngineCounters()
+        self.capabilities = FEATURES  # the server it forwards to answers for the rest
         self.litellm_model = litellm_model or model
         self.api_base = api_base
         self.api_key = api_key or (os.environ.get(api_key_env) if api_key_env else None)

@@ -20,6 +20,7 @@ import orjson
 from yarl import URL
 
 from backends.base import (
+    FEATURES,
     Chunk,
     EngineCounters,
     EngineLoad,
@@ -91,6 +92,7 @@ class OpenAICompatEngine:
         self.name = name
         self.model = model
         self.counters = EngineCounters()
+        self.capabilities = FEATURES  # the server it forwards to answers for the rest
         self.api_base = api_base.rstrip("/")
         # Parsed once: aiohttp would parse a string URL on every request.
         self._urls = {

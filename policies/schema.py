@@ -28,6 +28,8 @@ class EngineSpec(Frozen):
     model: str
     replicas: int = Field(1, ge=1, le=64)
     options: dict[str, Any] = Field(default_factory=dict)
+    # Content the model can read; a request with other parts skips or gets a 400.
+    modalities: tuple[Literal["text", "image", "audio", "file"], ...] = ("text",)
 
 
 class PoolWeights(Frozen):
