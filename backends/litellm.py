@@ -109,7 +109,13 @@ class LiteLLMEngine:
         }
         endpoint = {"api_base": self.api_base, "api_key": self.api_key}
         params.update({k: v for k, v in endpoint.items() if v is not None})
-        params.update(openai_options(request))
+        options = openai_options(request)
+        if "metadata" in options:  # litellm keeps ``metadata`` for its own callbacks
+            params["extra_body"] = {
+                **params.get("extra_body", {}),
+                "metadata": options.pop("metadata"),
+            }
+        params.update(options)
         if request.prompt is not None:
             params["messages"] = [{"role": "user", "content": request.prompt}]
             params["text_completion"] = True

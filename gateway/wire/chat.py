@@ -126,8 +126,8 @@ class ChatCompletionRequest(SamplingFields):
             and self.tool_choice.function.name not in names
         ):
             raise ValueError(f"tool_choice names {self.tool_choice.function.name!r}, not in tools")
-        if self.tool_choice == "required" and not names:
-            raise ValueError("tool_choice `required` needs tools")
+        if self.tool_choice is not None and not names:
+            raise ValueError("tool_choice is only allowed when tools are given")
         if self.top_logprobs is not None and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs: true")
         return self
