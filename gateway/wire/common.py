@@ -79,7 +79,7 @@ def parse_body(model: type[M], raw: bytes) -> M:
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = [str(p) for p in first["loc"]]
-        param = ".".join(loc[:1] + [f"[{p}]" if p.isdigit() else p for p in loc[1:]])
+        param = "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in loc).lstrip(".")
         raise InvalidRequest(
             f"{param or 'body'}: {first['msg']}", param=param or None, code="invalid_value"
         ) from exc

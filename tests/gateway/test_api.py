@@ -97,7 +97,7 @@ def test_malformed_body_is_400_naming_the_param(gateway, client) -> None:  # typ
     assert info.value.param == "temperature"
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(model="small", messages=[{"role": "wizard", "content": "x"}])
-    assert info.value.param == "messages.[0].role"
+    assert info.value.param == "messages[0].role"
     response = httpx.post(
         gateway.base_url + "/v1/chat/completions",
         content=b"{not json",
