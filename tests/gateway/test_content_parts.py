@@ -87,7 +87,8 @@ def test_malformed_parts_are_400_naming_them(
 
 def test_a_tool_on_a_tier_without_tools_is_400_naming_it(gateway: RunningGateway) -> None:
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-    response = post(gateway, model="small", messages=[{"role": "user", "content": "x"}], tools=tools)
+    messages = [{"role": "user", "content": "x"}]
+    response = post(gateway, model="small", messages=messages, tools=tools)
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "tools"
     assert response.json()["error"]["code"] == "unsupported_parameter"
