@@ -64,18 +64,45 @@ def build_grammar(plan: ToolPlan, response_format: Mapping[str, Any] | None) -> 
     if plan.mode != "none":
         calls = []
         for i, function in enumerate(plan.functions):
-            params = dict(function.get("parameters") or {"type": "object"})
+            params = _scoped(function.get("parameters") or {"type": "object"}, f"tool{i}")
             args = converter.visit(converter.resolve_refs(params, f"tool{i}"), f"tool{i}-args")
             header = f'{OPEN}{{"name": {json.dumps(function["name"])}, "arguments": '
             calls.append(f"{_literal(header)} {args} {_literal(_TAIL)}")
         rules.append("call ::= " + " | ".join(calls))
     if schema is not None:
-        text = converter.visit(converter.resolve_refs(schema, "response"), "response")
+        scoped = _scoped(schema, "response")
+        text = converter.visit(converter.resolve_refs(scoped, "response"), "response")
     else:
         rules.append(r"free ::= [^<] [^\x00]*")
         text = "free"
     root = {"forced": "call", "auto": f"call | {text}", "none": text}[plan.mode]
     return "\n".join([f"root ::= {root}", *rules, converter.format_grammar()])
+
+
+def _scoped(schema: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """A copy of the schema (the converter rewrites ``$ref`` in place) whose local
+    definitions carry ``prefix``: the converter names a definition's rule after it, so two
+    schemas that both define ``Item`` would otherwise share one rule."""
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, list):
+            return [walk(x) for x in node]
+        if not isinstance(node, dict):
+            return node
+        out = {}
+        for key, value in node.items():
+            if key in ("$defs", "definitions") and isinstance(value, dict):
+                out[key] = {f"{prefix}-{name}": walk(sub) for name, sub in value.items()}
+            elif key == "$ref" and isinstance(value, str):
+                head, _, name = value.rpartition("/")
+                local = head in ("#/$defs", "#/definitions")
+                out[key] = f"{head}/{prefix}-{name}" if local else value
+            else:
+                out[key] = walk(value)
+        return out
+
+    scoped: dict[str, Any] = walk(schema)
+    return scoped
 
 
 def _response_schema(response_format: Mapping[str, Any] | None) -> dict[str, Any] | None:

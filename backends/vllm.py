@@ -230,9 +230,6 @@ class VllmEngine:
                 [{"prompt": request.prompt}], params
             )
             return prompt
-        field = unsupported_field(request, self.capabilities)
-        if field is not None:  # tool parsers and structured outputs: not wired up yet
-            raise UpstreamRejected(f"the vllm backend cannot honour {field}", status=400)
         params = TokenizeParams(
             max_total_tokens=max_len, max_output_tokens=max_tokens, add_special_tokens=False
         )
@@ -248,6 +245,9 @@ class VllmEngine:
         engine = self._engine
         if engine is None or self._dead or engine.errored:
             raise EngineUnavailable(f"{self.name} is not running")
+        field = unsupported_field(request, self.capabilities)
+        if field is not None:  # tool parsers and structured outputs: not wired up yet
+            raise UpstreamRejected(f"the vllm backend cannot honour {field}", status=400)
         try:
             prompt = await self._render(engine, request, request.sampling.max_tokens or 0)
         except (VLLMClientError, ValueError, TypeError) as exc:
