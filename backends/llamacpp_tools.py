@@ -89,7 +89,7 @@ def _scoped(schema: Mapping[str, Any], prefix: str) -> dict[str, Any]:
             return [walk(x) for x in node]
         if not isinstance(node, dict):
             return node
-        out = {}
+        out: dict[str, Any] = {}
         for key, value in node.items():
             if key in ("$defs", "definitions") and isinstance(value, dict):
                 out[key] = {f"{prefix}-{name}": walk(sub) for name, sub in value.items()}
