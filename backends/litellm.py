@@ -27,6 +27,7 @@ from backends.errors import (
     UpstreamRejected,
     UpstreamTimeout,
 )
+from backends.sse_parse import logprobs_of
 
 
 def _import_litellm() -> Any:
@@ -149,10 +150,11 @@ class LiteLLMEngine:
                             _merge_tool_call(tool_calls, call)
                         if choice.finish_reason:
                             finish = choice.finish_reason
-                        if text:
+                        logprobs = logprobs_of(getattr(choice, "logprobs", None))
+                        if text or logprobs:
                             completion_chars += len(text)
                             self.counters.generated_tokens += 1
-                            yield Chunk(text=text)
+                            yield Chunk(text=text, logprobs=logprobs)
             except self._errors as exc:
                 raise map_error(litellm, exc) from exc
             if usage is None:

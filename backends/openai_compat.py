@@ -36,7 +36,7 @@ from backends.errors import (
     UpstreamRejected,
     UpstreamTimeout,
 )
-from backends.sse_parse import EventSplitter, ToolCallMerger, usage_of
+from backends.sse_parse import EventSplitter, ToolCallMerger, logprobs_of, usage_of
 
 
 def map_status(status: int, message: str) -> EngineError:
@@ -205,6 +205,7 @@ class OpenAICompatEngine:
             finish_reason=choice.get("finish_reason") or "stop",
             usage=usage,
             tool_calls=tuple(calls) if calls else None,
+            logprobs=logprobs_of(choice.get("logprobs")),
         )
 
     async def _streamed(
@@ -242,9 +243,10 @@ class OpenAICompatEngine:
                                 calls.merge(delta["tool_calls"])
                             if choice.get("finish_reason"):
                                 finish = choice["finish_reason"]
-                            if text:
+                            logprobs = logprobs_of(choice.get("logprobs"))
+                            if text or logprobs:
                                 chars += len(text)
-                                yield Chunk(text=text)
+                                yield Chunk(text=text, logprobs=logprobs)
             except (aiohttp.ClientError, TimeoutError) as exc:
                 raise map_exception(exc) from exc
             if not done:

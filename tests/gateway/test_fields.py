@@ -152,3 +152,7 @@ def test_field_is_honoured_or_named_in_a_400(
     if backend in REMOTE and CHAT_FIELDS[field] not in ("core", "info"):
         sent = log.requests[-1]
         assert field in sent, f"{field} did not reach the upstream: {sorted(sent)}"
+    if field == "logprobs":  # and what came back reaches the client
+        choice = response.json()["choices"][0]
+        entries = choice["logprobs"]["content"]
+        assert len(entries) == response.json()["usage"]["completion_tokens"] > 0
