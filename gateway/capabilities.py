@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from backends.base import GenerationRequest, requested_features
+from backends.base import FEATURES, GenerationRequest, requested_features
 from backends.messages import content_modalities
 from gateway.errors import InvalidRequest
 from gateway.state import GatewayState
@@ -33,7 +33,11 @@ def tier_support(state: GatewayState, tier: str) -> TierSupport:
         for replica in state.replicas.get(name, ()):
             declared = replica.engine.capabilities
             features = declared if features is None else features & declared
-    return TierSupport(features or frozenset(), modalities or frozenset({"text"}))
+    # No replica yet (endpoints still being discovered): nothing to refuse on; the pool
+    # answers for availability.
+    return TierSupport(
+        FEATURES if features is None else features, modalities or frozenset({"text"})
+    )
 
 
 def shortfall(support: TierSupport, request: GenerationRequest) -> InvalidRequest | None:
