@@ -262,6 +262,19 @@ FRAMES: list[Frame] = [
     ),  # fmt: skip
 ]
 
+
+
+def _numbered(frames: list[Frame]) -> list[Frame]:
+    """Template ids numbered per kind, in order (several ``_frames`` calls share a kind)."""
+    seen: dict[str, int] = {}
+    out = []
+    for frame in frames:
+        n = seen[frame.kind] = seen.get(frame.kind, -1) + 1
+        out.append(Frame(frame.kind, f"{frame.kind}-t{n:02d}", frame.text, frame.fillers))
+    return out
+
+
+FRAMES = _numbered(FRAMES)
 _WRAP = re.compile(r"^(.*?)[?.!]?$")
 
 

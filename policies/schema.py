@@ -117,6 +117,10 @@ class CachePolicy(Frozen):
     cache_seeded: bool = True
     semantic: bool = True
     semantic_threshold: float = Field(DEFAULT_SEMANTIC_THRESHOLD, gt=0.0, le=1.0)
+    # After the similarity test: "strict" serves a hit only when every difference between
+    # the two questions keeps the meaning (routers/semantic_verify.py); "guard" trades
+    # precision for recall (numbers, negations, units, names only; docs/cache.md).
+    semantic_verify: Literal["strict", "guard"] = "strict"
     # Share of the original cost a hit is charged: 0 = free, 1 = full price.
     hit_charge: float = Field(0.0, ge=0.0, le=1.0)
 

@@ -27,6 +27,9 @@ import itertools
 import re
 from collections.abc import Callable, Sequence
 from functools import cache, lru_cache
+from typing import Literal
+
+from routers.semantic_guard import reordered, same_names
 
 _TOKEN = re.compile(r"[a-z0-9]+(?:[+#]+|(?:['_.\-][a-z0-9]+)*)")
 _CONTRACTIONS = (
@@ -79,6 +82,8 @@ _TRAILING = tuple(
     tuple(p.split())
     for p in ("thanks in advance", "thank you", "thanks", "for me", "if you can", "if possible")
 )
+_ACRONYM = re.compile(r"\b[A-Z][A-Z0-9]+s?\b")
+_WRAPPERS = frozenset(_LEADING + _TRAILING)
 # Agreement, not tense: the left word means the same as the right one.
 _AGREEMENT = {"does": "do", "has": "have", "are": "is", "were": "was", "am": "is"}
 # Words whose final s is no plural (or whose plural changes the meaning).
@@ -145,11 +150,13 @@ def _canonical(token: str) -> str:
     token = _AGREEMENT.get(token, token)
     if token in _NOT_PLURAL or not token.isalpha() or len(token) < 4:
         return token
-    if token.endswith("ies") and len(token) > 4:
+    # Only when the singular is an English word: "https" is no plural of "http".
+    known = _lexicon()
+    if token.endswith("ies") and len(token) > 4 and known(token[:-3] + "y"):
         return token[:-3] + "y"
-    if token.endswith(("ches", "shes", "sses", "xes", "zes")):
+    if token.endswith(("ches", "shes", "sses", "xes", "zes")) and known(token[:-2]):
         return token[:-2]
-    if token.endswith("s") and not token.endswith("ss"):
+    if token.endswith("s") and not token.endswith("ss") and known(token[:-1]):
         return token[:-1]
     return token
 
@@ -157,13 +164,19 @@ def _canonical(token: str) -> str:
 @lru_cache(maxsize=4096)
 def _chunks(text: str) -> tuple[tuple[str, ...], ...]:
     """The text's comma/semicolon-separated phrases, each as canonical tokens."""
+    # Acronyms keep their final s ("HTTPS"), unless the whole text is upper case.
+    acronyms = set() if text.isupper() else {w.lower() for w in _ACRONYM.findall(text)}
     out = []
     for phrase in re.split(r"[,;:]", _contract(text)):
         tokens = _numbers(_TOKEN.findall(phrase))
         out.append([t for t in tokens if t not in _FILLER])
-    out[0] = _strip_wrappers(out[0])
-    out[-1] = _strip_wrappers(out[-1])
-    return tuple(tuple(_canonical(t) for t in chunk) for chunk in out if chunk)
+    out = [chunk for chunk in out if chunk and tuple(chunk) not in _WRAPPERS]
+    if out:
+        out[0] = _strip_wrappers(out[0])
+        out[-1] = _strip_wrappers(out[-1])
+    return tuple(
+        tuple(t if t in acronyms else _canonical(t) for t in chunk) for chunk in out if chunk
+    )
 
 
 def _one_edit(a: str, b: str) -> bool:
@@ -188,7 +201,11 @@ def _lexicon() -> Callable[[str], bool]:
 
 
 def _typo(a: str, b: str) -> bool:
+    """A misspelling: one edit inside the word (not at its end: "http"/"https" is no typo),
+    and exactly one of the two is an English word."""
     if not (a.isalpha() and b.isalpha()) or min(len(a), len(b)) < 4 or not _one_edit(a, b):
+        return False
+    if len(a) != len(b) and (a.startswith(b) or b.startswith(a)):
         return False
     known = _lexicon()
     return known(a) != known(b)
@@ -230,3 +247,14 @@ def same_question(a: str, b: str) -> bool:
     if not flat_a or not flat_b:
         return False
     return _aligned(flat_a, flat_b) or _fronted(ca, cb)
+
+
+Verification = Literal["strict", "guard"]
+
+
+def verified(mode: Verification, cached: str, asked: str) -> bool:
+    """The per-tenant check after the similarity test. ``strict``: ``same_question``;
+    ``guard``: the guard in the prefix, the same proper names, not the same words reordered."""
+    if mode == "strict":
+        return same_question(cached, asked)
+    return same_names(cached, asked) and not reordered(cached, asked)
