@@ -26,8 +26,8 @@ from policies.schema import CachePolicy
 from routers.embedding import Embedder, SentenceTransformerEmbedder
 from routers.semantic_eval import (
     Mode,
-    Scores,
     ScoredPair,
+    Scores,
     by_kind,
     evaluate,
     load_pairs,
@@ -48,7 +48,10 @@ def line(label: str, scores: Scores) -> str:
 
 def table(name: str, scored: list[ScoredPair], threshold: float, mode: Mode) -> None:
     print(f"\n{name}: per kind at t={threshold:.2f}, {mode}")
-    print(f"  {'kind':<18} {'pairs':>5} {'match':>5} {'hits':>5} {'false':>5} {'prec':>6} {'recall':>6}")
+    print(
+        f"  {'kind':<18} {'pairs':>5} {'match':>5} {'hits':>5} {'false':>5} "
+        f"{'prec':>6} {'recall':>6}"
+    )
     for kind, s in by_kind(scored, threshold, mode).items():
         n = s.positives + s.negatives
         recall = f"{s.recall:.3f}" if s.positives else "-"
@@ -117,7 +120,9 @@ async def main() -> None:
         print("  " + line("heldout strict", evaluate(held, t, "strict")))
     table("tune", tune, args.threshold, args.mode)
     table("heldout", held, args.threshold, args.mode)
-    false = [p for p in held if not p.match and p.similarity >= args.threshold and p.passes(args.mode)]
+    false = [
+        p for p in held if not p.match and p.similarity >= args.threshold and p.passes(args.mode)
+    ]
     print(f"\nheldout false hits at the default: {len(false)}", [p.id for p in false][:20])
     p50, p99 = verify_cost(pairs)
     print(f"verification cost per candidate: p50 {p50:.1f} us, p99 {p99:.1f} us (n={len(pairs)})")

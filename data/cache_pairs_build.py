@@ -23,8 +23,8 @@ from pathlib import Path
 from num2words import num2words
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cache_pairs_templates import FRAMES, PARAPHRASES, Frame  # noqa: E402
-from cache_pairs_wordnet import affixed, antonyms  # noqa: E402
+from cache_pairs_templates import FRAMES, PARAPHRASES, Frame
+from cache_pairs_wordnet import affixed, antonyms
 
 OUT = Path(__file__).resolve().parent / "cache_pairs_generated.jsonl"
 HELDOUT_KINDS = frozenset(

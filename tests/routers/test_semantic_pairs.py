@@ -4,6 +4,7 @@ a real gateway (uvicorn + the official client), at the shipped default policy.""
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from typing import Any
 
@@ -18,8 +19,10 @@ from routers.semantic_verify import same_question, verified
 from tests.support import TEST_KEY, fake_config, running_gateway
 
 # The held-out kinds (data/cache_pairs_build.py HELDOUT_KINDS) never appear in the tune part.
-HELDOUT_ONLY = {"antonym", "negation_affix", "number_words", "category_member", "inverse_action",
-                "time_relative", "role_reversal", "para_typo", "para_embedded", "para_synonym"}  # fmt: skip
+HELDOUT_ONLY = set(
+    "antonym negation_affix number_words category_member inverse_action time_relative "
+    "role_reversal para_typo para_embedded para_synonym".split()
+)
 
 
 def test_the_set_is_big_varied_and_split_by_kind_and_template() -> None:
@@ -31,7 +34,9 @@ def test_the_set_is_big_varied_and_split_by_kind_and_template() -> None:
     assert len(tune) + len(held) == len(pairs)
     assert HELDOUT_ONLY <= {p["kind"] for p in held}
     assert not HELDOUT_ONLY & {p["kind"] for p in tune}
-    templates = {s: {p.get("template") for p in ps} - {None} for s, ps in (("t", tune), ("h", held))}
+    templates = {
+        s: {p.get("template") for p in ps} - {None} for s, ps in (("t", tune), ("h", held))
+    }
     assert not templates["t"] & templates["h"]
     assert sum(1 for p in held if p["match"]) >= 200
 
@@ -100,9 +105,18 @@ def onnx_int8() -> Embedder:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "make_embedder",
-    # torch MiniLM, and the ONNX int8 MiniLM the gateway shares with the classifier
-    [SentenceTransformerEmbedder, onnx_int8],
-    ids=["torch", "onnx-int8"],
+    # the ONNX int8 MiniLM the gateway shares with the classifier; torch MiniLM (what the
+    # gateway embeds with when the classifier is off) only with TIERGATE_ALL_PAIRS=1
+    [
+        onnx_int8,
+        pytest.param(
+            SentenceTransformerEmbedder,
+            marks=pytest.mark.skipif(
+                os.environ.get("TIERGATE_ALL_PAIRS") != "1", reason="CI time: 130 s"
+            ),
+        ),
+    ],
+    ids=["onnx-int8", "torch"],
 )
 async def test_zero_false_hits_on_the_heldout_part(make_embedder: Any) -> None:
     assert CachePolicy().semantic_threshold == DEFAULT_SEMANTIC_THRESHOLD
@@ -114,22 +128,27 @@ async def test_zero_false_hits_on_the_heldout_part(make_embedder: Any) -> None:
     assert scores.recall >= 0.5, scores
 
 
-def gateway_sample() -> list[dict[str, object]]:
-    """The held-out part, or (CI) its first pairs of every template: every kind and
-    template is covered. TIERGATE_ALL_PAIRS=1 runs all of it."""
+def gateway_sample(per_kind: int = 6) -> list[dict[str, object]]:
+    """The held-out part, or (CI) ``per_kind`` pairs of every kind, taken round-robin over
+    its templates. TIERGATE_ALL_PAIRS=1 runs all of it."""
     held = load_pairs("heldout")
     if os.environ.get("TIERGATE_ALL_PAIRS") == "1":
         return held
-    per_template: Counter[object] = Counter()
-    sample = []
+    by_template: dict[tuple[str, str], list[dict[str, object]]] = {}
     for pair in held:
-        per_template[pair["template"]] += 1
-        if per_template[pair["template"]] <= 4:
-            sample.append(pair)
+        by_template.setdefault((str(pair["kind"]), str(pair["template"])), []).append(pair)
+    taken: Counter[str] = Counter()
+    sample = []
+    for round_ in range(per_kind):
+        for (kind, _), pairs in sorted(by_template.items(), key=str):
+            if round_ < len(pairs) and taken[kind] < per_kind:
+                taken[kind] += 1
+                sample.append(pairs[round_])
     return sample
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # ~15 s on a quiet machine; one embedding per request
 def test_heldout_pairs_through_a_real_gateway() -> None:
     """Two requests per pair, each pair under its own system prompt: ``a`` fills the
     cache, ``b`` must hit it semantically exactly when the pair is labelled a match."""
@@ -138,10 +157,11 @@ def test_heldout_pairs_through_a_real_gateway() -> None:
     pairs = gateway_sample()
     outcomes: Counter[str] = Counter()
     false_hits: list[object] = []
+    started = time.perf_counter()
     with running_gateway(config) as gateway:
         client = openai.OpenAI(base_url=gateway.base_url + "/v1", api_key=TEST_KEY, max_retries=0)
         for pair in pairs:
-            system = {"role": "system", "content": f"You answer question set {pair['id']}."}
+            system: Any = {"role": "system", "content": f"You answer question set {pair['id']}."}
             statuses = []
             for text in (pair["a"], pair["b"]):
                 raw = client.chat.completions.with_raw_response.create(
@@ -157,6 +177,7 @@ def test_heldout_pairs_through_a_real_gateway() -> None:
                 false_hits.append(pair["id"])
         counters = gateway.state.cache.counters  # type: ignore[union-attr]
         assert counters.semantic_by_tenant.get("acme", 0) == outcomes["match:hit"]
+    print(f"{len(pairs)} held-out pairs in {time.perf_counter() - started:.1f}s: {outcomes}")
     assert false_hits == [], false_hits
     positives = outcomes["match:hit"] + outcomes["match:miss"]
-    assert positives >= 60 and outcomes["match:hit"] / positives >= 0.5, outcomes
+    assert positives >= 40 and outcomes["match:hit"] / positives >= 0.5, outcomes
