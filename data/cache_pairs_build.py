@@ -23,7 +23,8 @@ from pathlib import Path
 from num2words import num2words
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cache_pairs_templates import FRAMES, PARAPHRASES, Frame
+from cache_pairs_rewrites import PARAPHRASES
+from cache_pairs_templates import FRAMES, Frame
 from cache_pairs_wordnet import affixed, antonyms
 
 OUT = Path(__file__).resolve().parent / "cache_pairs_generated.jsonl"

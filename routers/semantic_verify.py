@@ -200,6 +200,11 @@ def _lexicon() -> Callable[[str], bool]:
     return is_wordnet_term  # type: ignore[no-any-return]
 
 
+def load_lexicon() -> None:
+    """Load the word list now (about 0.5 s), so that no lookup pays for it."""
+    _lexicon()("word")
+
+
 def _typo(a: str, b: str) -> bool:
     """A misspelling: one edit inside the word (not at its end: "http"/"https" is no typo),
     and exactly one of the two is an English word."""

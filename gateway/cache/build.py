@@ -11,6 +11,7 @@ from gateway.cache.storage import open_cache_storage
 from policies.schema import GatewayConfig
 from policies.store import Store
 from routers.embedding import Embedder
+from routers.semantic_verify import load_lexicon
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +25,9 @@ async def open_cache(
     embedder: Embedder | None = None
     if config.cache.semantic:
         embedder = shared or await _embedder(config.cache.embedder_model)
+        if embedder is not None:
+            # The verifier's word list loads here, not on the first semantic lookup.
+            await asyncio.to_thread(load_lexicon)
     storage = await open_cache_storage(store, config.cache)
     await storage.start(sorted({namespace(name) for name in config.tenants}))
     log.info(
