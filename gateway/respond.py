@@ -34,7 +34,7 @@ async def generate(
     """What every generation endpoint does; only the wire shapes differ."""
     state = get_state(request)
     begin_request(state.config.server.timing_header)
-    principal = authenticate(request, state)  # times itself: tracing stage "auth"
+    principal = await authenticate(request, state)  # times itself: tracing stage "auth"
     raw = await read_body(request, state.config.server.max_body_bytes)
     body = parse_body(wire_model, raw)
     lap("parse")

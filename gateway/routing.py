@@ -88,6 +88,9 @@ async def route(
         with timed("classification"):  # includes the embedding, which it computes first
             complexity, note = await _complexity(state, embedding, build)
     config = state.config
+    refusal = principal.model_refusal(requested_model, config)
+    if refusal is not None:
+        raise PermissionDenied(refusal, param="model")
     try:
         decision = decide(
             config,
