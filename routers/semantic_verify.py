@@ -161,7 +161,7 @@ def _canonical(token: str) -> str:
     return token
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1024)  # the stored texts asked about most often
 def _chunks(text: str) -> tuple[tuple[str, ...], ...]:
     """The text's comma/semicolon-separated phrases, each as canonical tokens."""
     # Acronyms keep their final s ("HTTPS"), unless the whole text is upper case.
