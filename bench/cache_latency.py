@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import statistics
 import subprocess
@@ -59,6 +60,7 @@ from routers.semantic_guard import guard
 from routers.semantic_verify import same_question, verified
 
 TENANTS = ("acme", "globex")
+_FRESH = itertools.count(1)
 
 
 def request(text: str) -> GenerationRequest:
@@ -165,7 +167,7 @@ async def run_storage(
             found = await cache.lookup(plan, _fixed(embedder, text, vector))  # type: ignore[arg-type]
             sr.append(time.perf_counter() - t0)
             assert found.status == "semantic", found
-        pad = " " * (len(exact) + 1)  # a new string each round: nothing memoised
+        pad = " " * next(_FRESH)  # new strings each round and storage: nothing memoised
         for pair in pairs:
             a, b = f"{pair['a']}{pad}", f"{pad}{pair['b']}"
             t0 = time.perf_counter()
