@@ -27,6 +27,7 @@ import orjson
 from yarl import URL
 
 from backends.base import (
+    FEATURES,
     Chunk,
     EngineCounters,
     EngineLoad,
@@ -42,7 +43,7 @@ from backends.errors import (
     UpstreamRejected,
     UpstreamTimeout,
 )
-from backends.sse_parse import EventSplitter, ToolCallMerger, usage_of
+from backends.sse_parse import EventSplitter, ToolCallMerger, logprobs_of, usage_of
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,7 @@ class OpenAICompatEngine:
         self.name = name
         self.model = model
         self.counters = EngineCounters()
+        self.capabilities = FEATURES  # the server it forwards to answers for the rest
         self.api_base = api_base.rstrip("/")
         # Parsed once: aiohttp would parse a string URL on every request.
         self._urls = {
@@ -274,6 +276,7 @@ class OpenAICompatEngine:
             finish_reason=choice.get("finish_reason") or "stop",
             usage=usage,
             tool_calls=tuple(calls) if calls else None,
+            logprobs=logprobs_of(choice.get("logprobs")),
         )
 
     async def _streamed(
@@ -311,9 +314,10 @@ class OpenAICompatEngine:
                                 calls.merge(delta["tool_calls"])
                             if choice.get("finish_reason"):
                                 finish = choice["finish_reason"]
-                            if text:
+                            logprobs = logprobs_of(choice.get("logprobs"))
+                            if text or logprobs:
                                 chars += len(text)
-                                yield Chunk(text=text)
+                                yield Chunk(text=text, logprobs=logprobs)
             except (aiohttp.ClientError, TimeoutError) as exc:
                 raise self._broken(exc) from exc
             if not done:

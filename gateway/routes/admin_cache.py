@@ -59,6 +59,7 @@ async def cache_usage(state: AdminKeyDep) -> Response:
     try:
         for name in state.config.tenants:
             tenants[name] = _usage_body(await cache.usage(name))
+            tenants[name]["semantic_hits"] = cache.counters.semantic_by_tenant.get(name, 0)
     except CacheUnavailable as exc:
         raise ServiceUnavailable(f"the cache store is unavailable: {exc}") from exc
     counters = cache.counters
@@ -69,6 +70,7 @@ async def cache_usage(state: AdminKeyDep) -> Response:
             "counters": {
                 "exact_hits": counters.exact_hits,
                 "semantic_hits": counters.semantic_hits,
+                "semantic_refused": counters.refused,
                 "misses": counters.misses,
                 "bypassed": counters.bypassed,
                 "stored": counters.stored,
@@ -88,7 +90,8 @@ async def tenant_usage(tenant: str, state: AdminKeyDep) -> Response:
         usage = await cache.usage(tenant)
     except CacheUnavailable as exc:
         raise ServiceUnavailable(f"the cache store is unavailable: {exc}") from exc
-    return _json({"tenant": tenant, **_usage_body(usage)})
+    semantic_hits = cache.counters.semantic_by_tenant.get(tenant, 0)
+    return _json({"tenant": tenant, **_usage_body(usage), "semantic_hits": semantic_hits})
 
 
 @router.delete("/{tenant}")
