@@ -33,9 +33,12 @@ async def generate(
 ) -> Response:
     """What every generation endpoint does; only the wire shapes differ."""
     state = get_state(request)
-    begin_request(state.config.server.timing_header)
+    # The request's config snapshot, taken with the key lookup (no await between them, so
+    # a policy reload lands wholly before or wholly after): nothing later reads state.config.
+    config = state.config
+    begin_request(config.server.timing_header)
     principal = authenticate(request, state)  # times itself: tracing stage "auth"
-    raw = await read_body(request, state.config.server.max_body_bytes)
+    raw = await read_body(request, config.server.max_body_bytes)
     body = parse_body(wire_model, raw)
     lap("parse")
     routed = await route(
@@ -47,6 +50,8 @@ async def generate(
         include_usage=body.include_usage,
         cache_control=request.headers.get("cache-control"),
         forced_tier=request.headers.get("x-tiergate-tier"),
+        config=config,
+        exact_first=True,
     )
     lap("route")
     return await respond(request, Execution(state, routed), whole, streamed)
@@ -66,9 +71,7 @@ async def respond(
         payload = await until_disconnect(request, _collect(run, whole))
     finally:
         await run.close()
-    headers = run.headers()
-    headers["x-tiergate-cost-usd"] = f"{run.outcome.cost_usd:.8f}"
-    return Response(payload, media_type="application/json", headers=headers)
+    return Response(payload, media_type="application/json", headers=run.headers())
 
 
 async def _collect(run: Execution, whole: BodyBuilder) -> bytes:
