@@ -13,11 +13,13 @@ from typing import Any
 import httpx
 import openai
 import pytest
+import redis
 import yaml
 
+from policies.ledger import ledger_prefix
 from policies.loader import load_config
 from policies.spending import tenant_scopes
-from tests.gateway.budget_support import BudgetProbe, budget_config, redis_prefix
+from tests.gateway.budget_support import REDIS_URL, BudgetProbe, budget_config, redis_prefix
 from tests.support import TEST_KEY, RunningGateway, fake_config, running_gateway
 
 ADMIN_KEY = "tg-admin-key-for-lifecycle-tests"
@@ -150,3 +152,24 @@ async def _spend(one: RunningGateway, two: RunningGateway, n: int) -> list[Any]:
     finally:
         for client in clients:
             await client.close()
+
+
+def test_a_settle_that_fails_never_fails_the_answer(caplog: pytest.LogCaptureFixture) -> None:
+    """The store answers the settle with an error it does not map (a key of the wrong
+    type): the client still gets its whole answer, and the failure is logged."""
+    with redis_prefix() as prefix:
+        client = redis.Redis.from_url(REDIS_URL)
+        client.set(f"{ledger_prefix(prefix)}:budget:settled", "not a sorted set")
+        client.close()
+        with running_gateway(budget_config(prefix, tokens=5)) as gateway:
+            api = openai.OpenAI(base_url=gateway.base_url + "/v1", api_key=TEST_KEY, max_retries=0)
+            whole = api.chat.completions.create(model="small", messages=MESSAGES)  # type: ignore[arg-type]
+            assert whole.usage is not None and whole.usage.completion_tokens == 5
+            stream = api.chat.completions.create(
+                model="small",
+                messages=MESSAGES,  # type: ignore[arg-type]
+                stream=True,
+            )
+            assert sum(1 for c in stream if c.choices and c.choices[0].delta.content) == 5
+    failed = [r for r in caplog.records if "settling" in r.getMessage()]
+    assert len(failed) == 2 and all(r.exc_info for r in failed)
