@@ -16,6 +16,10 @@ import pytest
 import redis
 import yaml
 
+from bench.upstream import Profile, Upstream
+from gateway.routes.chat import to_generation
+from gateway.spend import prompt_upper_tokens
+from gateway.wire.chat import ChatCompletionRequest
 from policies.ledger import ledger_prefix
 from policies.loader import load_config
 from policies.spending import tenant_scopes
@@ -173,3 +177,56 @@ def test_a_settle_that_fails_never_fails_the_answer(caplog: pytest.LogCaptureFix
             assert sum(1 for c in stream if c.choices and c.choices[0].delta.content) == 5
     failed = [r for r in caplog.records if "settling" in r.getMessage()]
     assert len(failed) == 2 and all(r.exc_info for r in failed)
+
+
+async def test_an_upstream_without_usage_is_billed_no_less_than_reserved() -> None:
+    """CJK text from a provider that reports no usage: the prompt is billed as the
+    reservation counted it, the completion by the same bytes-per-token rule (two CJK
+    characters are 6 bytes: 6 tokens, where 4 characters a token said 1)."""
+    profiles = {"up-cjk": Profile(chunks=5, word="漢字", usage=False)}
+    async with Upstream(profiles) as upstream:
+        config = {
+            "engines": {
+                "up-cjk": {
+                    "backend": "openai",
+                    "model": "up-cjk",
+                    "options": {"api_base": upstream.base_url},
+                }
+            },
+            "tiers": {"small": {"engines": ["up-cjk"]}},
+            "prices": {"up-cjk": {"input": 1.0, "output": 2.0}},
+            "tenants": {"acme": {"keys": [{"id": "acme-1", "from_env": "TIERGATE_TEST_KEY"}]}},
+        }
+        with running_gateway(config) as gateway:
+            body = ChatCompletionRequest.model_validate({"model": "small", "messages": MESSAGES})
+            prompt_upper = prompt_upper_tokens(gateway.state.config, to_generation(body))
+            api = openai.AsyncOpenAI(
+                base_url=gateway.base_url + "/v1", api_key=TEST_KEY, max_retries=0
+            )
+            whole = await api.chat.completions.with_raw_response.create(
+                model="small",
+                messages=MESSAGES,  # type: ignore[arg-type]
+            )
+            stream = await api.chat.completions.create(
+                model="small",
+                messages=MESSAGES,  # type: ignore[arg-type]
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            streamed = [c.usage async for c in stream if c.usage is not None]
+            await api.close()
+            now = time.time()
+            events = gateway.call(gateway.state.ledger.events(now - 600, now + 60))
+    completion = 5 * len("漢字".encode())
+    want = (prompt_upper * 1.0 + completion * 2.0) / 1e6
+    usage = whole.parse().usage
+    assert usage is not None
+    assert (usage.prompt_tokens, usage.completion_tokens) == (prompt_upper, completion)
+    assert float(whole.headers["x-tiergate-cost-usd"]) == pytest.approx(want, abs=1e-8)
+    assert [(u.prompt_tokens, u.completion_tokens) for u in streamed] == [
+        (prompt_upper, completion)
+    ]
+    assert [(e.prompt_tokens, e.completion_tokens) for e in events] == [
+        (prompt_upper, completion)
+    ] * 2
+    assert all(e.cost_usd == pytest.approx(want) for e in events)
