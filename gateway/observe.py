@@ -57,21 +57,15 @@ def begin(trace: RequestTrace, routed: RoutedRequest) -> None:
     trace.set(attributes)
 
 
-def finish(
-    metrics: GatewayMetrics,
-    trace: RequestTrace,
-    generation: Span,
-    routed: RoutedRequest,
-    outcome: Outcome,
-) -> None:
-    """Record the finished request (metrics) and close its generation span."""
-    usage, status, tenant = outcome.usage, outcome.status, routed.principal.tenant
+def record(metrics: GatewayMetrics, tenant: str, outcome: Outcome) -> None:
+    """The metrics of one finished request: its series, a denial, the classifier's time."""
+    usage = outcome.usage
     metrics.request_ended(
         RequestRecord(
             tenant=tenant,
             tier=outcome.tier,
             model=outcome.model,
-            status=status,
+            status=outcome.status,
             cache=outcome.cache,
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,
@@ -87,6 +81,18 @@ def finish(
         metrics.denied(tenant, outcome.denied)
     if outcome.classify_s is not None:
         metrics.classified(outcome.classify_s)
+
+
+def finish(
+    metrics: GatewayMetrics,
+    trace: RequestTrace,
+    generation: Span,
+    routed: RoutedRequest,
+    outcome: Outcome,
+) -> None:
+    """Record the finished request (metrics) and close its generation span."""
+    record(metrics, routed.principal.tenant, outcome)
+    usage, status = outcome.usage, outcome.status
     if not trace.recording:
         return
     attributes: dict[str, AttributeValue] = {
