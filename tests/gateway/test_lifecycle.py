@@ -15,6 +15,9 @@ import openai
 import pytest
 import redis
 import yaml
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from bench.upstream import Profile, Upstream
 from gateway.routes.chat import to_generation
@@ -24,7 +27,7 @@ from policies.ledger import ledger_prefix
 from policies.loader import load_config
 from policies.spending import tenant_scopes
 from tests.gateway.budget_support import REDIS_URL, BudgetProbe, budget_config, redis_prefix
-from tests.support import TEST_KEY, RunningGateway, fake_config, running_gateway
+from tests.support import OTHER_KEY, TEST_KEY, RunningGateway, fake_config, running_gateway
 
 ADMIN_KEY = "tg-admin-key-for-lifecycle-tests"
 OLD_PRICES = {"fake-small": (0.1, 0.2), "fake-medium": (1.0, 2.0)}
@@ -230,3 +233,39 @@ async def test_an_upstream_without_usage_is_billed_no_less_than_reserved() -> No
         (prompt_upper, completion)
     ] * 2
     assert all(e.cost_usd == pytest.approx(want) for e in events)
+
+
+def test_the_tier_trail_shows_a_failover_and_a_downgrade_in_the_trace() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    config = fake_config(tokens=4)
+    config["engines"]["fake-large"]["options"] = {"dead": True}
+    config["tenants"]["globex"]["budget"] = {"limit_usd": 1e-4}
+    config["tenants"]["globex"]["on_budget_exceeded"] = "downgrade"
+    hi = [{"role": "user", "content": "hi"}]
+    with running_gateway(config, tracer_provider=provider) as gateway:
+        trails = {}
+        for key, name in ((TEST_KEY, "failover"), (OTHER_KEY, "downgrade")):
+            api = openai.OpenAI(base_url=gateway.base_url + "/v1", api_key=key, max_retries=0)
+            raw = api.chat.completions.with_raw_response.create(
+                model="large",
+                messages=hi,  # type: ignore[arg-type]
+                max_tokens=4,
+            )
+            assert raw.headers["x-tiergate-tier"] == "medium"
+            trails[name] = raw.headers
+        deadline = time.monotonic() + 5
+        while (
+            len(generations := [s for s in exporter.get_finished_spans() if s.name == "generation"])
+            < 2
+        ):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    assert trails["failover"]["x-tiergate-failover"] == "large->medium"
+    assert trails["downgrade"]["x-tiergate-downgraded"] == "large->medium"
+    seen = [tuple(s.attributes["tiergate.tier_trail"]) for s in generations if s.attributes]
+    failover, downgrade = seen
+    assert failover[0] == "tier large requested by name"
+    assert failover[1].startswith("failover: large -> medium")
+    assert downgrade == ("tier large requested by name", "budget: downgraded large -> medium")
