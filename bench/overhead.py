@@ -81,6 +81,7 @@ class Bench:
         model: str | None = None,
         rate: float | None = None,
         duration: float | None = None,
+        api_key: str | None = None,
     ) -> dict[str, Any]:
         host_port = target.base_url.removeprefix("http://")
         host, _, port = host_port.partition(":")
@@ -92,7 +93,7 @@ class Bench:
             "port": int(port),
             "path": "/v1/chat/completions",
             "body": body,
-            "api_key": targets.TENANT_KEY,
+            "api_key": api_key or targets.TENANT_KEY,
             "concurrency": phase.concurrency,
             "duration": duration or self.args.duration * (2 if phase.stream else 1),
             # Streams record from the start: a slow gateway may finish none after a warmup.

@@ -29,6 +29,7 @@ from gateway.reload import install_sighup, reload_endpoint, remove_sighup
 from gateway.routes import (
     admin_budgets,
     admin_cache,
+    admin_keys,
     chat,
     completions,
     explain,
@@ -38,10 +39,12 @@ from gateway.routes import (
 )
 from gateway.state import GatewayState
 from gateway.tracing import open_tracing, traced
+from policies.audit import open_audit
+from policies.key_directory import KeyDirectory, open_key_store
 from policies.ledger import open_ledger
 from policies.schema import GatewayConfig, PoolSpec
 from policies.spending import open_budget_store, open_rate_limiter
-from policies.store import open_store
+from policies.store import StoreUnavailable, open_store
 from policies.tenants import KeyRing
 from routers.setup import RoutingModels
 
@@ -77,9 +80,11 @@ async def build_state(
     routing = await _load_classifier(config, notes)
     shared = routing.embedder if routing is not None else None
     cache, embedder = await open_cache(config, store, shared)
+    keyring = KeyRing.from_config(config)
+    keys = KeyDirectory(open_key_store(store, config.redis_prefix), config, keyring)
     state = GatewayState(
         config=config,
-        keyring=KeyRing.from_config(config),
+        keyring=keyring,
         store=store,
         ledger=ledger,
         replicas=replicas,
@@ -88,12 +93,23 @@ async def build_state(
         tracing=open_tracing(tracer_provider),
         budgets=open_budget_store(config, ledger),
         limiter=open_rate_limiter(config, store),
+        keys=keys,
+        audit=open_audit(store, config.redis_prefix),
         cache=cache,
         embedder=embedder or shared,  # one embedder: the cache and the classifier share it
         classifier=routing.classifier if routing is not None else None,
         notes=notes,
     )
     return state
+
+
+async def poll_keys(state: GatewayState) -> None:
+    """Keep API-managed keys in step with the store (revocations reach this replica)."""
+    try:
+        await state.keys.refresh()
+    except StoreUnavailable as exc:
+        log.warning("key store unreachable at startup: %s", exc)
+    await state.keys.run()
 
 
 def pool_settings(spec: PoolSpec) -> PoolSettings:
@@ -170,6 +186,7 @@ def create_app(
         app.state.tiergate = state
         reloads: set[asyncio.Task[None]] = set()
         hup = config_source is not None and install_sighup(state, reloads)
+        key_poller = asyncio.create_task(poll_keys(state))
         state.ready = True
         # Long-lived startup objects leave the GC's young generations: shorter pauses later.
         gc.collect()
@@ -179,6 +196,8 @@ def create_app(
             yield
         finally:
             state.ready = False
+            key_poller.cancel()
+            await asyncio.gather(key_poller, return_exceptions=True)
             if hup:
                 remove_sighup()
             await close_state(state)
@@ -203,4 +222,5 @@ def create_app(
     app.add_route("/readyz", health.readyz, methods=["GET"])
     app.add_route("/metrics", metrics.metrics, methods=["GET"])
     admin.add_routes(app)
+    admin_keys.add_routes(app)
     return app

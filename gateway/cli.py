@@ -83,6 +83,7 @@ BENCHMARKS = {
     "cache": "cache_latency.py",
     "cache-pairs": "cache_pairs.py",
     "budgets": "budget_overhead.py",
+    "keys": "keys_overhead.py",  # API-managed keys vs YAML keys, passthrough CPU per request
     "observability": "observability_overhead.py",
     "embedded": "embedded.py",
     "vllm": "vllm_inprocess.py",

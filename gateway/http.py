@@ -8,10 +8,11 @@ from typing import TypeVar
 
 from starlette.requests import Request
 
-from gateway.errors import InvalidApiKey, InvalidRequest, PayloadTooLarge
+from gateway.errors import InvalidApiKey, InvalidRequest, PayloadTooLarge, ServiceUnavailable
 from gateway.sse import wait_disconnect
 from gateway.state import GatewayState
 from gateway.tracing import AUTH, stage
+from policies.store import StoreUnavailable
 from policies.tenants import Principal
 
 T = TypeVar("T")
@@ -37,7 +38,7 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def authenticate(request: Request, state: GatewayState) -> Principal:
+async def authenticate(request: Request, state: GatewayState) -> Principal:
     with stage(AUTH) as span:
         header = request.headers.get("authorization", "")
         scheme, _, key = header.partition(" ")
@@ -45,7 +46,10 @@ def authenticate(request: Request, state: GatewayState) -> Principal:
             raise InvalidApiKey(
                 "You didn't provide an API key (header 'Authorization: Bearer KEY')."
             )
-        principal = state.keyring.authenticate(key.strip())
+        try:
+            principal = await state.keys.authenticate(key.strip())
+        except StoreUnavailable:
+            raise ServiceUnavailable("the key store is unreachable") from None
         if principal is None:
             raise InvalidApiKey("Incorrect API key provided.")
         span.set_attribute("tiergate.tenant", principal.tenant)

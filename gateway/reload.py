@@ -3,8 +3,9 @@
 The file is read and validated in full before anything changes; then the new config and
 key ring replace the old ones in one step on the event loop. A request takes its config
 snapshot with its key lookup (``gateway.respond``) and carries it to the end, so it runs
-wholly on the old policy or wholly on the new one, never a mix. What needs a restart (engines, tiers, the
-classifier) must stay the same, or the file is refused and the running policy kept.
+wholly on the old policy or wholly on the new one, never a mix. What needs a restart
+(engines, tiers, the classifier) must stay the same, or the file is refused and the
+running policy kept.
 Triggers: SIGHUP, and ``POST /admin/api/policies/reload``.
 """
 
@@ -22,6 +23,7 @@ from starlette.responses import Response
 
 from gateway.admin_auth import require_admin
 from gateway.errors import InvalidRequest
+from gateway.routes.admin_audit import record
 from gateway.state import GatewayState, get_state
 from policies.loader import ConfigError
 from policies.schema import GatewayConfig
@@ -71,6 +73,7 @@ async def reload_policies(state: GatewayState) -> Reloaded:
     config, keyring = await asyncio.to_thread(_prepare, state)
     # No await between these two lines: no request can see half of the change.
     state.config, state.keyring = config, keyring
+    state.keys.reconfigure(config, keyring)
     log.info("policies reloaded: %d tenants", len(config.tenants))
     return Reloaded(len(config.tenants), config.routing.thresholds)
 
@@ -112,6 +115,8 @@ async def reload_endpoint(request: Request) -> Response:
     try:
         done = await reload_policies(state)
     except PolicyRejected as exc:
+        await record(request, state, "policies.reload_refused", "policies", None,
+                     {"problems": exc.problems})  # fmt: skip
         raise InvalidRequest(
             "policy file refused, the running policy stays: " + "; ".join(exc.problems),
             code="invalid_policy",
@@ -121,4 +126,5 @@ async def reload_endpoint(request: Request) -> Response:
         "tenants": done.tenants,
         "thresholds": list(done.thresholds),
     }
+    await record(request, state, "policies.reload", "policies", None, body)
     return Response(orjson.dumps(body), media_type="application/json")

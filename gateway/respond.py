@@ -33,11 +33,12 @@ async def generate(
 ) -> Response:
     """What every generation endpoint does; only the wire shapes differ."""
     state = get_state(request)
-    # The request's config snapshot, taken with the key lookup (no await between them, so
-    # a policy reload lands wholly before or wholly after): nothing later reads state.config.
+    # The request's config snapshot, taken as the key is looked up (a YAML key resolves
+    # before the first await, so a policy reload lands wholly before or wholly after the
+    # pair): nothing later reads state.config.
     config = state.config
     begin_request(config.server.timing_header)
-    principal = authenticate(request, state)  # times itself: tracing stage "auth"
+    principal = await authenticate(request, state)  # times itself: tracing stage "auth"
     raw = await read_body(request, config.server.max_body_bytes)
     body = parse_body(wire_model, raw)
     lap("parse")

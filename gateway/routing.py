@@ -140,6 +140,9 @@ def _decide(
     complexity: ComplexityScore | None,
     forced_tier: str | None,
 ) -> TierDecision:
+    refusal = principal.model_refusal(requested_model, config)  # the key's model scope
+    if refusal is not None:
+        raise PermissionDenied(refusal, param="model")
     try:
         return decide(
             config,

@@ -12,7 +12,9 @@ from backends.pool import EnginePool, Replica
 from gateway.cache.service import PromptCache
 from gateway.metrics import GatewayMetrics
 from gateway.tracing import Tracing
+from policies.audit import AuditLog
 from policies.budget import BudgetStore
+from policies.key_directory import KeyDirectory
 from policies.ledger import Ledger
 from policies.ratelimit import RateLimiter
 from policies.schema import GatewayConfig
@@ -34,6 +36,8 @@ class GatewayState:
     tracing: Tracing
     budgets: BudgetStore
     limiter: RateLimiter
+    keys: KeyDirectory  # YAML keys and API-managed ones: ``await keys.authenticate(raw)``
+    audit: AuditLog
     cache: PromptCache | None = None
     embedder: Embedder | None = None  # shared by the classifier and the semantic cache
     ready: bool = False

@@ -6,23 +6,19 @@ from policies.budget import GLOBAL_SCOPE, BudgetStore, Scope, key_scope, tenant_
 from policies.budget_memory import MemoryBudgetStore
 from policies.ledger import Ledger, MemoryLedger, RedisLedger
 from policies.ratelimit import MemoryRateLimiter, RateLimiter, RateScope
-from policies.schema import ApiKey, GatewayConfig
+from policies.schema import GatewayConfig
 from policies.store import RedisStore, Store
 from policies.tenants import Principal
 
 
-def _key_spec(principal: Principal) -> ApiKey | None:
-    return next((k for k in principal.policy.keys if k.id == principal.key_id), None)
-
-
 def budget_scopes(config: GatewayConfig, principal: Principal) -> list[Scope]:
     """Global, tenant and key, always: uncapped scopes still count spend (and can be
-    capped at run time through the admin API)."""
-    key = _key_spec(principal)
+    capped at run time through the admin API). YAML and API-managed keys alike carry
+    their own cap on the principal."""
     return [
         Scope(GLOBAL_SCOPE, config.budgets.global_budget),
         Scope(tenant_scope(principal.tenant), principal.policy.budget),
-        Scope(key_scope(principal.tenant, principal.key_id), key.budget if key else None),
+        Scope(key_scope(principal.tenant, principal.key_id), principal.key_budget),
     ]
 
 
@@ -39,9 +35,9 @@ def rate_scopes(principal: Principal) -> list[RateScope]:
     scopes: list[RateScope] = []
     if principal.policy.rate_limit is not None:
         scopes.append(RateScope(tenant_scope(principal.tenant), principal.policy.rate_limit))
-    key = _key_spec(principal)
-    if key is not None and key.rate_limit is not None:
-        scopes.append(RateScope(key_scope(principal.tenant, principal.key_id), key.rate_limit))
+    if principal.key_rate_limit is not None:
+        key = key_scope(principal.tenant, principal.key_id)
+        scopes.append(RateScope(key, principal.key_rate_limit))
     return scopes
 
 

@@ -8,7 +8,7 @@ import os
 import secrets
 from dataclasses import dataclass
 
-from policies.schema import GatewayConfig, TenantSpec
+from policies.schema import BudgetSpec, GatewayConfig, RateLimitSpec, TenantSpec
 
 log = logging.getLogger(__name__)
 
@@ -19,11 +19,26 @@ def hash_key(key: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who is calling: the tenant, its policy and the id of the key used."""
+    """Who is calling: the tenant, its policy (narrowed by the key's allowed tiers), the
+    key used and what that key itself may spend and use."""
 
     tenant: str
     key_id: str
     policy: TenantSpec
+    key_budget: BudgetSpec | None = None
+    key_rate_limit: RateLimitSpec | None = None
+    allowed_models: frozenset[str] | None = None  # None: any model the policy allows
+
+    def model_refusal(self, model: str, config: GatewayConfig) -> str | None:
+        """Why this key may not name ``model`` explicitly (None: it may)."""
+        if self.allowed_models is None or model == "auto" or model in config.tiers:
+            return None
+        if model in self.allowed_models:
+            return None
+        return (
+            f"model {model!r} is not allowed for this API key "
+            f"(allowed: {', '.join(sorted(self.allowed_models)) or 'none'})"
+        )
 
 
 class KeyRing:
@@ -49,9 +64,14 @@ class KeyRing:
                         )
                     digest = hash_key(raw)
                 assert digest is not None
-                by_digest[digest] = Principal(tenant_name, key.id, tenant)
+                by_digest[digest] = Principal(
+                    tenant_name, key.id, tenant, key.budget, key.rate_limit
+                )
         return cls(by_digest)
 
     def authenticate(self, raw_key: str) -> Principal | None:
+        return self.by_digest(hash_key(raw_key))
+
+    def by_digest(self, digest: str) -> Principal | None:
         # Lookup by digest: timing reveals at most a prefix of a hash, never of a key.
-        return self._by_digest.get(hash_key(raw_key))
+        return self._by_digest.get(digest)

@@ -77,7 +77,7 @@ async def _authorized_range(request: Request) -> tuple[GatewayState, date, date]
 
 async def overview(request: Request) -> Response:
     state, start, end = await _authorized_range(request)
-    tenants, tiers = list(state.config.tenants), list(state.config.tiers)
+    tenants, tiers = state.keys.tenant_names(), list(state.config.tiers)
     now = today()
     try:
         aggregates = await state.ledger.daily(tenants, start, end)

@@ -8,6 +8,7 @@ served from where npm installed it (``deploy/install-dashboard-assets.sh``), or 
 
 from __future__ import annotations
 
+import hashlib
 import html
 import logging
 from functools import lru_cache
@@ -24,6 +25,7 @@ from gateway.errors import ApiError, InvalidRequest, ServiceUnavailable
 from gateway.http import read_body
 from gateway.settings import get_settings
 from gateway.state import get_state
+from policies.audit import entry
 from policies.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -31,7 +33,12 @@ log = logging.getLogger(__name__)
 HERE = Path(__file__).resolve().parent
 STATIC = HERE / "static"
 CHART_JS = HERE / "node_modules" / "chart.js" / "dist" / "chart.umd.min.js"
-OWN_FILES = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
+OWN_FILES = {
+    "dashboard.js": "text/javascript",
+    "keys.js": "text/javascript",
+    "money.js": "text/javascript",
+    "dashboard.css": "text/css",
+}
 LOGIN_BODY_LIMIT = 4096
 
 SECURITY_HEADERS = {
@@ -60,15 +67,24 @@ def _page(name: str, status: int = 200, error: str = "") -> Response:
     return Response(body, status, media_type="text/html", headers=SECURITY_HEADERS)
 
 
-async def dashboard(request: Request) -> Response:
-    """The dashboard with a session (or the Bearer admin key), else the login form."""
+async def _admin_page(request: Request, name: str) -> Response:
+    """``name`` with a session (or the Bearer admin key), else the login form."""
     state = get_state(request)
     if "authorization" in request.headers:
         require_admin(request, state)
-        return _page("dashboard.html")
+        return _page(name)
     if await has_session(request, state):
-        return _page("dashboard.html")
+        return _page(name)
     return _page("login.html")
+
+
+async def dashboard(request: Request) -> Response:
+    return await _admin_page(request, "dashboard.html")
+
+
+async def keys_page(request: Request) -> Response:
+    """Issue, list, edit and revoke API keys; the audit log."""
+    return await _admin_page(request, "keys.html")
 
 
 async def login(request: Request) -> Response:
@@ -85,6 +101,11 @@ async def login(request: Request) -> Response:
         token = await sessions(state).create(digest)
     except StoreUnavailable:
         raise ServiceUnavailable("the session store is unavailable") from None
+    actor = f"session:{hashlib.sha256(token.encode()).hexdigest()[:12]}"
+    try:
+        await state.audit.append(entry(actor, "session.login", "admin", None, None))
+    except StoreUnavailable:
+        raise ServiceUnavailable("the audit store is unavailable") from None
     response = RedirectResponse("/admin", status_code=303)
     response.set_cookie(
         COOKIE,

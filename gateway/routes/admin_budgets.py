@@ -17,6 +17,7 @@ from starlette.responses import Response
 from gateway.admin.access import require_admin_access
 from gateway.errors import ApiError, InvalidRequest
 from gateway.http import read_body
+from gateway.routes.admin_audit import record
 from gateway.state import GatewayState, get_state
 from gateway.wire.common import parse_body
 from policies.budget import GLOBAL_SCOPE, Scope, ScopeStatus, key_scope, tenant_scope
@@ -128,12 +129,15 @@ async def set_budget(request: Request) -> Response:
         else BudgetSpec(limit_usd=update.limit_usd, window=update.window)
     )
     try:
+        (before,) = await state.budgets.status([Scope(scope, None)])
         if update.reset:
             await state.budgets.clear_limit(scope)
         else:
             await state.budgets.set_limit(scope, limit)
     except StoreUnavailable as exc:
         raise _unavailable(exc) from exc
+    after = {"limit_usd": update.limit_usd, "window": update.window, "reset": update.reset}
+    await record(request, state, "budget.set", scope, _status_body(before), after)
     return _json({"scope": scope, "reset": update.reset, "limit_usd": update.limit_usd})
 
 
@@ -156,9 +160,10 @@ async def spend_by_day(request: Request) -> Response:
     if start > end or (end - start).days >= MAX_DAYS:
         raise InvalidRequest(f"start must be on or before end, at most {MAX_DAYS} days")
     wanted = request.query_params.get("tenant")
-    if wanted is not None and wanted not in state.config.tenants:
+    known = state.keys.tenant_names()
+    if wanted is not None and wanted not in known:
         raise NotFound(f"no tenant {wanted!r}", param="tenant")
-    tenants = [wanted] if wanted is not None else list(state.config.tenants)
+    tenants = [wanted] if wanted is not None else known
     try:
         days = await state.ledger.daily(tenants, start, end)
     except StoreUnavailable as exc:

@@ -12,6 +12,7 @@ from gateway.admin_auth import require_admin
 from gateway.cache.service import PromptCache
 from gateway.cache.storage import CacheUnavailable, TenantUsage
 from gateway.errors import ApiError, ServiceUnavailable
+from gateway.routes.admin_audit import record
 from gateway.state import GatewayState, get_state
 
 
@@ -92,4 +93,5 @@ async def flush_tenant(request: Request) -> Response:
         removed = await cache.flush(tenant)
     except CacheUnavailable as exc:
         raise ServiceUnavailable(f"the cache store is unavailable: {exc}") from exc
+    await record(request, state, "cache.flush", tenant, None, {"removed": removed})
     return _json({"tenant": tenant, "removed": removed})

@@ -23,7 +23,7 @@ from gateway.wire.common import parse_body
 
 async def explain_route(request: Request) -> Response:
     state = get_state(request)
-    principal = authenticate(request, state)
+    principal = await authenticate(request, state)
     raw = await read_body(request, state.config.server.max_body_bytes)
     try:
         data = orjson.loads(raw)

@@ -14,7 +14,7 @@ CREATED = 1_700_000_000
 
 async def list_models(request: Request) -> Response:
     state = get_state(request)
-    authenticate(request, state)
+    await authenticate(request, state)
     config = state.config
     entries = [
         {

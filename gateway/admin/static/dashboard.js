@@ -1,4 +1,5 @@
 // tiergate cost dashboard: fetch /admin/api/*, draw with Chart.js, refresh on a timer.
+// usd(), moneyAxis() and moneyTooltip() come from money.js.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -7,7 +8,6 @@ const PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00
 const charts = {};
 let timer = null;
 
-const usd = (v) => "$" + Number(v).toFixed(Math.abs(v) < 1 ? 4 : 2);
 const isoDay = (d) => d.toISOString().slice(0, 10);
 
 function setRange(days) {
@@ -60,6 +60,13 @@ function draw(id, type, labels, sets, options = {}) {
 
 const stacked = { scales: { x: { stacked: true }, y: { stacked: true, beginAtZero: true } } };
 const horizontal = { indexAxis: "y", scales: { x: { beginAtZero: true } } };
+// Money charts: axis ticks and tooltips through usd() (Chart.js would print 6.000000E-6).
+const money = (options) => {
+  const axis = options.indexAxis === "y" ? "x" : "y";
+  const scales = { ...(options.scales || {}) };
+  scales[axis] = { ...(scales[axis] || {}), ...moneyAxis() };
+  return { ...options, scales, plugins: { legend: { position: "bottom" }, tooltip: moneyTooltip() } };
+};
 
 function drawOverview(o) {
   const t = o.totals;
@@ -70,14 +77,14 @@ function drawOverview(o) {
   $("kpi-hit").textContent = (100 * o.cache.hit_rate).toFixed(1) + " %";
   $("kpi-denied").textContent = `${t.denied_budget} / ${t.denied_rate_limit}`;
 
-  draw("chart-spend", "bar", o.days, datasets(o.spend), stacked);
+  draw("chart-spend", "bar", o.days, datasets(o.spend), money(stacked));
   draw("chart-tiers", "line", o.days, datasets(o.requests_by_tier), { scales: { y: { beginAtZero: true, ticks: { precision: 0 } } } });
   draw("chart-mix", "doughnut", Object.keys(o.tier_mix), [{ label: "requests", data: Object.values(o.tier_mix), backgroundColor: PALETTE }]);
   draw("chart-savings", "bar", ["Always large", "tiergate"], datasets({
     "Spent": [t.baseline_usd, t.cost_usd],
     "Saved by routing": [0, t.saved_routing_usd],
     "Saved by caching": [0, t.saved_cache_usd],
-  }), { ...horizontal, scales: { x: { stacked: true, beginAtZero: true }, y: { stacked: true } } });
+  }), money({ ...horizontal, scales: { x: { stacked: true, beginAtZero: true }, y: { stacked: true } } }));
   const c = o.cache;
   draw("chart-cache", "doughnut", ["exact hit", "semantic hit", "miss", "bypass"],
     [{ label: "requests", data: [c.exact, c.semantic, c.miss, c.bypass], backgroundColor: PALETTE }]);
@@ -85,8 +92,8 @@ function drawOverview(o) {
   const rows = o.budgets;
   const budgetSets = { "Used (USD)": rows.map((r) => r.used_usd) };
   if (rows.some((r) => r.limit_usd !== null)) budgetSets["Limit (USD)"] = rows.map((r) => r.limit_usd);
-  draw("chart-budget", "bar", rows.map((r) => `${r.tenant} (${r.window})`), datasets(budgetSets), horizontal);
-  draw("chart-tenants", "bar", o.top_tenants.map((r) => r.tenant), datasets({ "Spend (USD)": o.top_tenants.map((r) => r.cost_usd) }), horizontal);
+  draw("chart-budget", "bar", rows.map((r) => `${r.tenant} (${r.window})`), datasets(budgetSets), money(horizontal));
+  draw("chart-tenants", "bar", o.top_tenants.map((r) => r.tenant), datasets({ "Spend (USD)": o.top_tenants.map((r) => r.cost_usd) }), money(horizontal));
   draw("chart-models", "bar", o.top_models.map((r) => r.model), datasets({ "Requests": o.top_models.map((r) => r.requests) }),
     { indexAxis: "y", scales: { x: { beginAtZero: true, ticks: { precision: 0 } } } });
 }
