@@ -97,12 +97,9 @@ async def route(
     if state.embedder is not None:
         text = last_user_text(build.messages) if build.messages else (build.prompt or "")
         embedding = EmbeddingOnce(state.embedder, text)
-    plan = exact = None
-    if state.cache is not None:
-        plan = state.cache.plan(principal, requested_model, build, cache_control)
-        if exact_first and plan is not None and plan.lookup:
-            with timed("cache.exact"):
-                exact = await state.cache.lookup_exact(plan)
+    plan, exact = await _cache_first(
+        state, principal, requested_model, build, cache_control, exact_first
+    )
     complexity, note, classify_s = None, None, None
     if exact is not None and exact.response is not None:
         note = "exact cache hit: classification skipped"
@@ -131,6 +128,24 @@ async def route(
         classify_s=classify_s,
         exact=exact,
     )
+
+
+async def _cache_first(
+    state: GatewayState,
+    principal: Principal,
+    requested_model: str,
+    build: GenerationRequest,
+    cache_control: str | None,
+    exact_first: bool,
+) -> tuple[CachePlan | None, Lookup | None]:
+    """The cache plan, and the exact lookup when it is to come first."""
+    if state.cache is None:
+        return None, None
+    plan = state.cache.plan(principal, requested_model, build, cache_control)
+    if not exact_first or plan is None or not plan.lookup:
+        return plan, None
+    with timed("cache.exact"):
+        return plan, await state.cache.lookup_exact(plan)
 
 
 def _decide(
