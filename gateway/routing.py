@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from backends.base import GenerationRequest
 from gateway.cache.service import CachePlan, Lookup
+from gateway.capabilities import fit_tier
 from gateway.errors import InvalidRequest, ModelNotFound, PermissionDenied
 from gateway.state import GatewayState
 from gateway.timing import timed
@@ -112,6 +113,7 @@ async def route(
     decision = _decide(config, principal, requested_model, complexity, forced_tier)
     if note is not None and requested_model == "auto":
         decision = replace(decision, trail=(note, *decision.trail))
+    decision = fit_tier(state, principal, decision, build)  # a tier able to serve it
     return RoutedRequest(
         config=config,
         request_id=build.request_id,
