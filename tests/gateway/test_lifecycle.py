@@ -5,6 +5,7 @@ paid for, and the tier trail shows every move."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from pathlib import Path
@@ -23,9 +24,9 @@ from bench.upstream import Profile, Upstream
 from gateway.routes.chat import to_generation
 from gateway.spend import prompt_upper_tokens
 from gateway.wire.chat import ChatCompletionRequest
-from policies.ledger import ledger_prefix
 from policies.loader import load_config
 from policies.spending import tenant_scopes
+from policies.store import key_prefix
 from tests.gateway.budget_support import REDIS_URL, BudgetProbe, budget_config, redis_prefix
 from tests.support import OTHER_KEY, TEST_KEY, RunningGateway, fake_config, running_gateway
 
@@ -162,11 +163,11 @@ async def _spend(one: RunningGateway, two: RunningGateway, n: int) -> list[Any]:
 
 
 def test_a_settle_that_fails_never_fails_the_answer(caplog: pytest.LogCaptureFixture) -> None:
-    """The store answers the settle with an error it does not map (a key of the wrong
-    type): the client still gets its whole answer, and the failure is logged."""
+    """The store answers the settle with an error (a key of the wrong type): the client
+    still gets its whole answer, and the failure is logged."""
     with redis_prefix() as prefix:
         client = redis.Redis.from_url(REDIS_URL)
-        client.set(f"{ledger_prefix(prefix)}:budget:settled", "not a sorted set")
+        client.set(f"{key_prefix(prefix, 'budget', tag='ledger')}:settled", "not a sorted set")
         client.close()
         with running_gateway(budget_config(prefix, tokens=5)) as gateway:
             api = openai.OpenAI(base_url=gateway.base_url + "/v1", api_key=TEST_KEY, max_retries=0)
@@ -178,8 +179,9 @@ def test_a_settle_that_fails_never_fails_the_answer(caplog: pytest.LogCaptureFix
                 stream=True,
             )
             assert sum(1 for c in stream if c.choices and c.choices[0].delta.content) == 5
-    failed = [r for r in caplog.records if "settling" in r.getMessage()]
-    assert len(failed) == 2 and all(r.exc_info for r in failed)
+    # Logged as an error: by the store's own mapping, or as the last resort in ``close``.
+    failed = [r for r in caplog.records if "settl" in r.getMessage() and r.levelno >= logging.ERROR]
+    assert len(failed) == 2
 
 
 async def test_an_upstream_without_usage_is_billed_no_less_than_reserved() -> None:
