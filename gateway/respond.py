@@ -36,9 +36,12 @@ async def generate(
     streamed: StreamBuilder,
 ) -> Response:
     """What every generation endpoint does; only the wire shapes differ. The route's
-    dependencies resolved ``state`` and authenticated ``principal`` (tracing stage "auth")."""
-    server = state.config.server
-    raw = await read_body(request, server.max_body_bytes, server.header_timeout_s)
+    dependency resolved ``state`` and authenticated ``principal`` (tracing stage "auth")."""
+    # The request's config snapshot, taken right after the key was looked up in the route's
+    # dependency (a YAML key resolves without suspending, so a policy reload lands wholly
+    # before or wholly after the pair): nothing later reads state.config.
+    config = state.config
+    raw = await read_body(request, config.server.max_body_bytes, config.server.header_timeout_s)
     body = parse_body(wire_model, raw)
     lap("parse")
     routed = await route(
@@ -50,6 +53,8 @@ async def generate(
         include_usage=body.include_usage,
         cache_control=request.headers.get("cache-control"),
         forced_tier=request.headers.get("x-tiergate-tier"),
+        config=config,
+        exact_first=True,
     )
     lap("route")
     return await respond(request, Execution(state, routed), whole, streamed)
@@ -68,15 +73,13 @@ async def respond(
             sse(streamed(run), run.routed.request_id),
             run.headers(),
             on_close=run.close,
-            write_timeout_s=run.state.config.server.write_timeout_s,
+            write_timeout_s=run.routed.config.server.write_timeout_s,
         )
     try:
         payload = await until_disconnect(request, _collect(run, whole))
     finally:
         await run.close()
-    headers = run.headers()
-    headers["x-tiergate-cost-usd"] = f"{run.outcome.cost_usd:.8f}"
-    return Response(payload, media_type="application/json", headers=headers)
+    return Response(payload, media_type="application/json", headers=run.headers())
 
 
 async def _collect(run: Execution, whole: BodyBuilder) -> bytes:

@@ -142,14 +142,34 @@ class PromptCache:
             raise CacheUnavailable(str(exc)) from exc
 
     async def lookup(self, plan: CachePlan, embedding: EmbeddingOnce | None) -> Lookup:
+        """The exact key, then the semantic index."""
+        found = await self.lookup_exact(plan)
+        if found.status != "miss":
+            return found
+        return await self.lookup_semantic(plan, embedding)
+
+    async def lookup_exact(self, plan: CachePlan) -> Lookup:
+        """The exact key only (it does not depend on the tier): ``miss`` is not counted,
+        the semantic lookup that follows counts it."""
         try:
-            found = await self._lookup(plan, embedding)
+            raw = await self._guarded("get", self.storage.get(plan.keys, plan.fingerprint.exact))
         except CacheUnavailable:
             self._count_bypass("unavailable")
             return Lookup("bypass")
-        if found.status == "exact":
-            self.counters.exact_hits += 1
-        elif found.status == "semantic":
+        response = _decode(raw)
+        if response is None:
+            return Lookup("miss")
+        self.counters.exact_hits += 1
+        return Lookup("exact", response, 1.0)
+
+    async def lookup_semantic(self, plan: CachePlan, embedding: EmbeddingOnce | None) -> Lookup:
+        """The semantic index, after an exact miss."""
+        try:
+            found = await self._semantic(plan, embedding)
+        except CacheUnavailable:
+            self._count_bypass("unavailable")
+            return Lookup("bypass")
+        if found.status == "semantic":
             self.counters.semantic_hits += 1
             by_tenant = self.counters.semantic_by_tenant
             by_tenant[plan.tenant] = by_tenant.get(plan.tenant, 0) + 1
@@ -157,11 +177,7 @@ class PromptCache:
             self.counters.misses += 1
         return found
 
-    async def _lookup(self, plan: CachePlan, embedding: EmbeddingOnce | None) -> Lookup:
-        raw = await self._guarded("get", self.storage.get(plan.keys, plan.fingerprint.exact))
-        response = _decode(raw)
-        if response is not None:
-            return Lookup("exact", response, 1.0)
+    async def _semantic(self, plan: CachePlan, embedding: EmbeddingOnce | None) -> Lookup:
         if not plan.semantic or embedding is None:
             return Lookup("miss")
         vector = await embedding.get()
