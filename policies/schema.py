@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 DEFAULT_TIERS = ("small", "medium", "large")
+
+# Tenant names and key ids become budget scopes (``key:TENANT:ID``), Redis key parts and
+# metric labels: no separators (``:``, ``|``), whitespace or control characters, so two
+# different names can never spell the same scope.
+NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
+Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 
 
 class Frozen(BaseModel):
@@ -86,7 +92,7 @@ class RateLimitSpec(Frozen):
 
 
 class ApiKey(Frozen):
-    id: str
+    id: Name
     budget: BudgetSpec | None = None
     rate_limit: RateLimitSpec | None = None
     sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
@@ -243,7 +249,7 @@ class GatewayConfig(Frozen):
     engines: dict[str, EngineSpec] = Field(min_length=1)
     tiers: dict[str, TierSpec] = Field(min_length=1)
     prices: dict[str, Price] = Field(default_factory=dict)
-    tenants: dict[str, TenantSpec] = Field(default_factory=dict)
+    tenants: dict[Name, TenantSpec] = Field(default_factory=dict)
     routing: RoutingConfig = RoutingConfig()
     admin: AdminConfig = AdminConfig()
     metrics: MetricsConfig = MetricsConfig()
@@ -293,3 +299,30 @@ class GatewayConfig(Frozen):
 
     def models(self) -> list[str]:
         return sorted({spec.model for spec in self.engines.values()})
+
+
+Location = tuple[str | int, ...]
+
+
+def key_conflicts(config: GatewayConfig) -> list[tuple[Location, str]]:
+    """Keys that cannot be told apart: a repeated id within a tenant (one budget scope for
+    two keys), or one digest (or one ``from_env`` variable) given to two keys."""
+    problems: list[tuple[Location, str]] = []
+    owner: dict[str, str] = {}
+    for tenant_name, tenant in config.tenants.items():
+        ids: set[str] = set()
+        for index, key in enumerate(tenant.keys):
+            where: Location = ("tenants", tenant_name, "keys", index)
+            if key.id in ids:
+                problems.append(((*where, "id"), f"key id {key.id!r} appears twice in this tenant"))
+            ids.add(key.id)
+            source = f"sha256 {key.sha256}" if key.sha256 else f"from_env {key.from_env}"
+            field = "sha256" if key.sha256 else "from_env"
+            label = f"tenant {tenant_name!r} key {key.id!r}"
+            if source in owner:
+                problems.append(
+                    ((*where, field), f"the same key as {owner[source]}: two keys share one digest")
+                )
+            else:
+                owner[source] = label
+    return problems
