@@ -7,6 +7,8 @@ trips, the floor of any two-call scheme. Each round times ``--requests`` request
 after another (latency), then the same number with ``--concurrency`` in flight.
 
     /work/main/.venv/bin/python bench/budget_overhead.py --requests 2000 --rounds 5
+    # on a Redis Cluster (any node's URL): every budget key is in the {ledger} slot
+    /work/main/.venv/bin/python bench/budget_overhead.py --redis redis://127.0.0.1:7000 --cluster
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from policies.budget import GLOBAL_SCOPE, Reservation, Scope, key_scope, tenant_scope
 from policies.budget_memory import MemoryBudgetStore
 from policies.budget_redis import RedisBudgetStore
-from policies.ledger import MemoryLedger, RedisLedger, SpendEvent, ledger_prefix
+from policies.ledger import MemoryLedger, SpendEvent
+from policies.ledger_redis import RedisLedger
 from policies.schema import BudgetSpec
-from policies.store import RedisStore
+from policies.store_redis import RedisStore
 
 SCOPES = [
     Scope(GLOBAL_SCOPE, BudgetSpec(limit_usd=1e9, window="monthly")),
@@ -68,15 +71,16 @@ async def timed(op: Op, count: int, concurrency: int) -> list[float]:
     return latencies
 
 
-async def run(url: str, requests: int, rounds: int, concurrency: int) -> None:
-    store = RedisStore(url, timeout_s=5.0, max_connections=max(concurrency, 8))
+async def run(url: str, requests: int, rounds: int, concurrency: int, cluster: bool) -> None:
     prefix = f"tgbench-{uuid.uuid4().hex[:10]}"
-    budgets = RedisBudgetStore(RedisLedger(store, prefix=ledger_prefix(prefix)))
+    pool = max(concurrency, 8)
+    store = RedisStore(url, root=prefix, cluster=cluster, timeout_s=5.0, max_connections=pool)
+    budgets = RedisBudgetStore(RedisLedger(store))
     memory = MemoryBudgetStore(MemoryLedger(max_events=1000))
 
     async def ping_twice(rid: str) -> None:
-        await store.redis.ping()
-        await store.redis.ping()
+        await store.client.ping()
+        await store.client.ping()
 
     def reserve_settle(target: RedisBudgetStore | MemoryBudgetStore) -> Op:
         async def op(rid: str) -> None:
@@ -116,9 +120,8 @@ async def run(url: str, requests: int, rounds: int, concurrency: int) -> None:
             print(f"p50 ratio reserve+settle / 2x PING at {inflight} in flight: {ours / base:.2f}")
         print(f"holds left: {await budgets.active_holds()}")
     finally:
-        keys = [k async for k in store.redis.scan_iter(match=f"{prefix}:*")]
-        if keys:
-            await store.redis.delete(*keys)
+        keys = [k async for k in store.client.scan_iter(match=f"{prefix}:*")]
+        await store.delete(*(k.decode() for k in keys))
         await store.aclose()
 
 
@@ -128,8 +131,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--cluster", action="store_true", help="--redis is a cluster node")
     args = parser.parse_args()
-    asyncio.run(run(args.redis, args.requests, args.rounds, args.concurrency))
+    asyncio.run(run(args.redis, args.requests, args.rounds, args.concurrency, args.cluster))
 
 
 if __name__ == "__main__":

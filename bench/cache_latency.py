@@ -39,7 +39,6 @@ from backends.base import GenerationRequest, SamplingParams, Usage
 from gateway.cache.keys import CacheKeys, fingerprint
 from gateway.cache.memory import MemoryStorage
 from gateway.cache.record import CachedResponse
-from gateway.cache.redisbase import cache_client
 from gateway.cache.service import PromptCache
 from gateway.cache.storage import CacheStorage, Semantic
 from gateway.cache.streamindex import StreamIndexStorage
@@ -50,6 +49,7 @@ from policies.schema import (
     CacheConfig,
     TenantSpec,
 )
+from policies.store_redis import RedisStore
 from policies.tenants import Principal
 from routers.embedding import EmbeddingOnce, SentenceTransformerEmbedder
 from routers.semantic_eval import load_pairs
@@ -250,9 +250,11 @@ async def main() -> None:
             if url is None:
                 storage = MemoryStorage()
             elif name.startswith("redis7"):
-                storage = StreamIndexStorage(cache_client(url, 5.0), root=root, maxlen=100_000)
+                storage = StreamIndexStorage(
+                    RedisStore(url, timeout_s=5.0), root=root, maxlen=100_000
+                )
             else:
-                storage = VectorSetStorage(cache_client(url, 5.0))
+                storage = VectorSetStorage(RedisStore(url, timeout_s=5.0))
             try:
                 result = await run_storage(name, storage, root, embedder, args)
             finally:

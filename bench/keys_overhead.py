@@ -108,7 +108,7 @@ async def resolution_cost(redis_url: str, iterations: int) -> dict[str, float]:
     from policies.keys import KeyScope, issue_key
     from policies.keys_redis import RedisKeyStore
     from policies.schema import GatewayConfig
-    from policies.store import RedisStore
+    from policies.store_redis import RedisStore
     from policies.tenants import KeyRing
 
     config = GatewayConfig.model_validate(targets.tiergate_config("http://127.0.0.1:9"))

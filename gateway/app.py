@@ -23,9 +23,11 @@ from backends.pool import EnginePool, PoolSettings, Replica
 from backends.registry import build_engine
 from gateway.admin import routes as admin
 from gateway.cache.build import close_cache, open_cache
+from gateway.cluster import join_cluster
 from gateway.errors import ApiError
 from gateway.metrics import GatewayMetrics
-from gateway.reload import install_sighup, reload_endpoint, remove_sighup
+from gateway.reload import install_sighup, remove_sighup
+from gateway.reload_bus import reload_and_publish
 from gateway.routes import (
     admin_budgets,
     admin_cache,
@@ -34,17 +36,23 @@ from gateway.routes import (
     completions,
     explain,
     health,
+    load,
     metrics,
     models,
 )
 from gateway.state import GatewayState
 from gateway.tracing import open_tracing, traced
-from policies.audit import open_audit
-from policies.key_directory import KeyDirectory, open_key_store
-from policies.ledger import open_ledger
+from policies.key_directory import KeyDirectory
 from policies.schema import GatewayConfig, PoolSpec
-from policies.spending import open_budget_store, open_rate_limiter
-from policies.store import StoreUnavailable, open_store
+from policies.store import StoreUnavailable
+from policies.stores import (
+    open_audit,
+    open_budget_store,
+    open_key_store,
+    open_ledger,
+    open_rate_limiter,
+    open_store,
+)
 from policies.tenants import KeyRing
 from routers.setup import RoutingModels
 
@@ -54,17 +62,13 @@ log = logging.getLogger(__name__)
 async def build_state(
     config: GatewayConfig, tracer_provider: TracerProvider | None = None
 ) -> GatewayState:
-    store = open_store(
-        config.redis_url,
-        timeout_s=config.redis_timeout_s,
-        max_connections=config.redis_max_connections,
-    )
+    store = open_store(config)
     replicas: dict[str, list[Replica]] = {}
     for name, spec in config.engines.items():
         max_inflight = int(spec.options.get("max_inflight", 256))
         options = {k: v for k, v in spec.options.items() if k != "max_inflight"}
-        replicas[name] = []
-        for i in range(spec.replicas):
+        replicas[name] = []  # with ``discover``: filled by gateway.cluster as nodes are found
+        for i in range(spec.replicas if spec.discover is None else 0):
             builder = partial(build_engine, spec.backend, f"{name}-{i}", spec.model, options)
             replicas[name].append(Replica(builder(), max_inflight, builder=builder))
     engines = [r.engine for group in replicas.values() for r in group]
@@ -75,13 +79,13 @@ async def build_state(
         )
         for tier_name, tier in config.tiers.items()
     }
-    ledger = open_ledger(store, config.redis_prefix)
+    ledger = open_ledger(store)
     notes: list[str] = []
     routing = await _load_classifier(config, notes)
     shared = routing.embedder if routing is not None else None
     cache, embedder = await open_cache(config, store, shared)
     keyring = KeyRing.from_config(config)
-    keys = KeyDirectory(open_key_store(store, config.redis_prefix), config, keyring)
+    keys = KeyDirectory(open_key_store(store), config, keyring)
     state = GatewayState(
         config=config,
         keyring=keyring,
@@ -91,10 +95,10 @@ async def build_state(
         pools=pools,
         metrics=GatewayMetrics(config),
         tracing=open_tracing(tracer_provider),
-        budgets=open_budget_store(config, ledger),
+        budgets=open_budget_store(config, store, ledger),
         limiter=open_rate_limiter(config, store),
         keys=keys,
-        audit=open_audit(store, config.redis_prefix),
+        audit=open_audit(store),
         cache=cache,
         embedder=embedder or shared,  # one embedder: the cache and the classifier share it
         classifier=routing.classifier if routing is not None else None,
@@ -184,6 +188,7 @@ def create_app(
         state = await build_state(config, tracer_provider)
         state.config_source = config_source
         app.state.tiergate = state
+        app.state.tiergate_cluster = cluster = await join_cluster(state)
         reloads: set[asyncio.Task[None]] = set()
         hup = config_source is not None and install_sighup(state, reloads)
         key_poller = asyncio.create_task(poll_keys(state))
@@ -200,6 +205,7 @@ def create_app(
             await asyncio.gather(key_poller, return_exceptions=True)
             if hup:
                 remove_sighup()
+            await cluster.aclose()
             await close_state(state)
 
     app = FastAPI(title="tiergate", lifespan=lifespan, docs_url=None, redoc_url=None)
@@ -210,6 +216,7 @@ def create_app(
         "/v1/completions", traced("text_completion", completions.completions), methods=["POST"]
     )
     app.add_route("/v1/models", models.list_models, methods=["GET"])
+    app.add_route("/v1/load", load.load, methods=["GET"])
     app.add_route("/admin/api/budgets", admin_budgets.list_budgets, methods=["GET"])
     app.add_route("/admin/api/budgets", admin_budgets.set_budget, methods=["PUT"])
     app.add_route("/admin/api/budgets/spend", admin_budgets.spend_by_day, methods=["GET"])
@@ -217,7 +224,7 @@ def create_app(
     app.add_route("/admin/api/cache/{tenant}", admin_cache.tenant_usage, methods=["GET"])
     app.add_route("/admin/api/cache/{tenant}", admin_cache.flush_tenant, methods=["DELETE"])
     app.add_route("/v1/route", explain.explain_route, methods=["POST"])
-    app.add_route("/admin/api/policies/reload", reload_endpoint, methods=["POST"])
+    app.add_route("/admin/api/policies/reload", reload_and_publish, methods=["POST"])
     app.add_route("/healthz", health.healthz, methods=["GET"])
     app.add_route("/readyz", health.readyz, methods=["GET"])
     app.add_route("/metrics", metrics.metrics, methods=["GET"])

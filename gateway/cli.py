@@ -21,6 +21,8 @@ def load_effective_config(path: Path | None) -> GatewayConfig:
     updates: dict[str, object] = {}
     if settings.redis_url is not None:
         updates["redis_url"] = settings.redis_url or None
+    if settings.redis_cluster is not None:
+        updates["redis_cluster"] = settings.redis_cluster
     server: dict[str, object] = {}
     if settings.host is not None:
         server["host"] = settings.host
@@ -54,7 +56,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         access_log=args.access_log,
         loop="auto",
         http="auto",
-        timeout_graceful_shutdown=10,
+        timeout_graceful_shutdown=config.server.shutdown_grace_s,
     )
     return 0
 

@@ -49,6 +49,8 @@ def _needs_restart(old: GatewayConfig, new: GatewayConfig) -> list[str]:
         "routing.classifier": (old.routing.classifier, new.routing.classifier),
         "server": (old.server, new.server),
         "redis_url": (old.redis_url, new.redis_url),
+        "redis_cluster": (old.redis_cluster, new.redis_cluster),
+        "redis_prefix": (old.redis_prefix, new.redis_prefix),
     }
     return [f"{name}: changing it needs a restart" for name, (a, b) in fixed.items() if a != b]
 

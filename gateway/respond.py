@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from backends.base import Chunk, GenerationRequest
+from backends.base import Chunk, GenerationRequest, TokenLogprob
 from gateway.http import authenticate, read_body, until_disconnect
 from gateway.routing import route
 from gateway.serving import Execution
@@ -74,10 +75,14 @@ async def respond(
 async def _collect(run: Execution, whole: BodyBuilder) -> bytes:
     await run.open()
     parts: list[str] = []
+    logprobs: list[TokenLogprob] = []
     final: Chunk | None = None
     async for chunk in run.chunks():
         parts.append(chunk.text)
+        logprobs.extend(chunk.logprobs or ())
         if chunk.finish_reason is not None:
             final = chunk
     assert final is not None, "an engine stream ends with a final chunk"
+    if logprobs:  # the body carries every token's entry; chunks carried their own
+        final = replace(final, logprobs=tuple(logprobs))
     return orjson.dumps(whole(run, "".join(parts), final))

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 
 from backends.base import GenerationRequest
 from gateway.cache.service import CachePlan
+from gateway.capabilities import fit_tier
 from gateway.errors import InvalidRequest, ModelNotFound, PermissionDenied
 from gateway.state import GatewayState
 from gateway.timing import timed
@@ -112,6 +113,7 @@ async def route(
         raise PermissionDenied(str(exc), param="model") from None
     if note is not None and requested_model == "auto":
         decision = replace(decision, trail=(note, *decision.trail))
+    decision = fit_tier(state, principal, decision, build)
     plan = None
     if state.cache is not None:
         plan = state.cache.plan(principal, requested_model, build, cache_control)

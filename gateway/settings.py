@@ -17,6 +17,7 @@ class Settings(BaseSettings):
     host: str | None = None
     port: int | None = None
     redis_url: str | None = None
+    redis_cluster: bool | None = None
     log_level: str = "info"
     # Where Chart.js lives when not installed next to the dashboard (pip-installed gateway).
     chartjs_path: Path | None = None

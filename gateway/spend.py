@@ -24,6 +24,9 @@ class WorstCase:
     completion_tokens: int  # the cap the request runs under
 
 
+TOOL_PROMPT_BYTES = 512
+
+
 def prompt_bytes(generation: GenerationRequest) -> int:
     """Everything the model may read, as bytes: JSON of the messages and tools over-counts
     the text a little (keys, quotes), which keeps the estimate on the safe side."""
@@ -31,7 +34,10 @@ def prompt_bytes(generation: GenerationRequest) -> int:
     if generation.messages is not None:
         size += len(orjson.dumps(list(generation.messages)))
     if generation.tools:
-        size += len(orjson.dumps(list(generation.tools)))
+        # plus the instructions an engine may wrap them in (llama.cpp's are under 300 bytes)
+        size += len(orjson.dumps(list(generation.tools))) + TOOL_PROMPT_BYTES
+    if generation.response_format is not None:  # providers may write the schema into the prompt
+        size += len(orjson.dumps(generation.response_format))
     return size
 
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import orjson
 from pydantic import BaseModel, ConfigDict
 
-from policies.store import RedisStore, Store, StoreUnavailable
+from policies.store_redis import RedisStore
 
 MAX_ENTRIES = 10_000
 CSV_FIELDS = ("at", "actor", "action", "target", "before", "after")
@@ -80,32 +80,21 @@ class MemoryAuditLog:
 
 
 class RedisAuditLog:
-    def __init__(self, store: RedisStore, prefix: str) -> None:
-        self.redis = store.redis
-        self.key = f"{prefix}:{{audit}}:log"
+    def __init__(self, store: RedisStore, prefix: str | None = None) -> None:
+        """``prefix``: the ``redis_prefix`` (default: the store owner's root)."""
+        self.store = store
+        base = f"{prefix}:{{audit}}" if prefix is not None else store.keys("audit")
+        self.key = f"{base}:log"
 
     async def append(self, item: AuditEntry) -> None:
-        from redis.exceptions import ConnectionError, TimeoutError
-
-        try:
-            async with self.redis.pipeline(transaction=True) as pipe:
+        async def write() -> None:
+            async with self.store.client.pipeline(transaction=True) as pipe:
                 pipe.lpush(self.key, item.model_dump_json())
                 pipe.ltrim(self.key, 0, MAX_ENTRIES - 1)
                 await pipe.execute()
-        except (ConnectionError, TimeoutError, OSError) as exc:
-            raise StoreUnavailable(f"redis audit append: {exc}") from exc
+
+        await self.store.call("audit append", write)
 
     async def recent(self, limit: int) -> list[AuditEntry]:
-        from redis.exceptions import ConnectionError, TimeoutError
-
-        try:
-            raw = await self.redis.lrange(self.key, 0, limit - 1)
-        except (ConnectionError, TimeoutError, OSError) as exc:
-            raise StoreUnavailable(f"redis audit read: {exc}") from exc
+        raw = await self.store.call("audit read", self.store.client.lrange, self.key, 0, limit - 1)
         return [AuditEntry.model_validate_json(r) for r in raw]
-
-
-def open_audit(store: Store, prefix: str) -> AuditLog:
-    if isinstance(store, RedisStore):
-        return RedisAuditLog(store, prefix)
-    return MemoryAuditLog()

@@ -1,16 +1,19 @@
 """The budget store on Redis: reserve and settle are one Lua script each.
 
 Every key shares the ledger's hash tag, so on Redis Cluster one script can check all
-scopes, hold the money and (at settle) append the spend event atomically. Time comes
-from the server (``TIME``), so replicas with skewed clocks agree on deadlines.
+scopes (global, tenant, key), hold the money and (at settle) append the spend event
+atomically; the price is that all budget traffic lands on one cluster node (see
+docs/redis-keys.md). Time comes from the server (``TIME``): hold deadlines and the
+day / month a reservation counts against, so replicas with skewed clocks agree and
+cannot spend a daily cap twice around midnight.
 
-Keys (``P`` = the ledger prefix, e.g. ``tg:{ledger}``):
-  P:budget:limits     hash  scope -> "nano window" runtime overrides ("- total": uncapped)
-  P:budget:spent      hash  scope|window -> settled nano-USD
-  P:budget:held       hash  scope|window -> nano-USD held by live reservations
-  P:budget:holds      hash  request id -> "amount<TAB>choice<TAB>field<TAB>field..."
-  P:budget:deadlines  zset  request id by expiry (ms): every call purges what has lapsed
-  P:budget:settled    zset  request id by settle time (ms): a second settle is a no-op
+Keys (``P`` = ``<redis_prefix>:{ledger}:budget``):
+  P:limits     hash  scope -> "nano window" runtime overrides ("- total": uncapped)
+  P:spent      hash  scope|window -> settled nano-USD
+  P:held       hash  scope|window -> nano-USD held by live reservations
+  P:holds      hash  request id -> "amount<TAB>choice<TAB>field<TAB>field..."
+  P:deadlines  zset  request id by expiry (ms): every call purges what has lapsed
+  P:settled    zset  request id by settle time (ms): a second settle is a no-op
 """
 
 from __future__ import annotations
@@ -28,18 +31,41 @@ from policies.budget import (
     to_nano,
     to_usd,
     window_field,
-    window_ids,
 )
-from policies.ledger import RECORD_FUNCTION, RedisLedger, SpendEvent, now
+from policies.ledger import SpendEvent
+from policies.ledger_redis import RECORD_FUNCTION, RedisLedger
 from policies.schema import BudgetSpec
-from policies.store import StoreUnavailable
 
 SETTLED_KEEP_MS = 86_400_000
 PURGE_BATCH = 256
 
-_COMMON = """
+# The UTC calendar date of a count of days since 1970-01-01 (H. Hinnant's algorithm).
+CALENDAR = """
+local function civil(days)
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
+    - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  return y, m, d
+end
+"""
+
+_COMMON = (
+    CALENDAR
+    + """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local year, month, mday = civil(math.floor(tonumber(t[1]) / 86400))
+local day_id = string.format('d:%04d-%02d-%02d', year, month, mday)
+local month_id = string.format('m:%04d-%02d', year, month)
 
 local function split(text)
   local parts = {}
@@ -64,9 +90,10 @@ local function purge(held, holds, deadlines)
   for _, rid in ipairs(lapsed) do release(held, holds, deadlines, rid) end
 end
 """.replace("PURGE_BATCH", str(PURGE_BATCH))
+)
 
 # KEYS: limits spent held holds deadlines
-# ARGV: rid ttl_ms day_id month_id ncand cand... nscopes (name limit_nano window)...
+# ARGV: rid ttl_ms ncand cand... nscopes (name limit_nano window)...
 _RESERVE = (
     _COMMON
     + """
@@ -77,8 +104,8 @@ if existing then
   local parts = split(existing)
   return {1, tonumber(parts[2]), parts[1], table.concat(parts, '\\t', 3)}
 end
-local ncand = tonumber(ARGV[5])
-local i = 6 + ncand
+local ncand = tonumber(ARGV[3])
+local i = 4 + ncand
 local nscopes = tonumber(ARGV[i])
 i = i + 1
 local fields = {}
@@ -94,7 +121,7 @@ for s = 1, nscopes do
     window = string.sub(override, sp + 1)
   end
   local wid = 'total'
-  if window == 'daily' then wid = ARGV[3] elseif window == 'monthly' then wid = ARGV[4] end
+  if window == 'daily' then wid = day_id elseif window == 'monthly' then wid = month_id end
   local field = name .. '|' .. wid
   fields[#fields + 1] = field
   if limit ~= '-' then
@@ -108,7 +135,7 @@ for s = 1, nscopes do
   end
 end
 for c = 1, ncand do
-  local amount = ARGV[5 + c]
+  local amount = ARGV[3 + c]
   if best == nil or tonumber(amount) <= best then
     for _, f in ipairs(fields) do redis.call('HINCRBY', KEYS[3], f, amount) end
     local joined = table.concat(fields, '\\t')
@@ -163,39 +190,31 @@ def _text(value: Any) -> str:
 class RedisBudgetStore:
     def __init__(self, ledger: RedisLedger, *, ttl_s: float = 120.0) -> None:
         self.ledger = ledger
-        self.redis = ledger.redis
+        self.store = ledger.store
         self.ttl_ms = max(int(ttl_s * 1000), 1)
-        base = f"{ledger.prefix}:budget"
+        # The ledger's hash tag: settle appends the spend event in the same script.
+        base = self.store.keys("budget", tag="ledger")
         self.limits_key = f"{base}:limits"
         self.spent_key = f"{base}:spent"
         self.held_key = f"{base}:held"
         self.holds_key = f"{base}:holds"
         self.deadlines_key = f"{base}:deadlines"
         self.settled_key = f"{base}:settled"
-        self._reserve = self.redis.register_script(_RESERVE)
-        self._settle = self.redis.register_script(_SETTLE)
-        self._purge = self.redis.register_script(_PURGE)
-        self._extend = self.redis.register_script(_EXTEND)
-
-    async def _run(self, what: str, coro: Any) -> Any:
-        from redis.exceptions import ConnectionError, TimeoutError
-
-        try:
-            return await coro
-        except (ConnectionError, TimeoutError, OSError) as exc:
-            raise StoreUnavailable(f"budget {what}: {exc}") from exc
+        self._reserve = self.store.script(_RESERVE)
+        self._settle = self.store.script(_SETTLE)
+        self._purge = self.store.script(_PURGE)
+        self._extend = self.store.script(_EXTEND)
 
     async def reserve(
         self, request_id: str, scopes: Sequence[Scope], candidates_usd: Sequence[float]
     ) -> Reservation | Denied:
-        day, month = window_ids(now())
         candidates = [str(to_nano(c)) for c in candidates_usd]
         scope_args: list[str] = []
         for scope in scopes:
             encoded = encode_limit(scope.limit).split(" ")
             scope_args += [scope.name, encoded[0], encoded[1]]
-        argv: list[str | int] = [request_id, self.ttl_ms, day, month, len(candidates)]
-        argv += [*candidates, len(scopes)]
+        argv: list[str | int] = [request_id, self.ttl_ms, len(candidates)]
+        argv += [*candidates, len(scopes), *scope_args]
         keys = [
             self.limits_key,
             self.spent_key,
@@ -203,7 +222,7 @@ class RedisBudgetStore:
             self.holds_key,
             self.deadlines_key,
         ]
-        reply = await self._run("reserve", self._reserve(keys=keys, args=[*argv, *scope_args]))
+        reply = await self._reserve("budget reserve", keys, argv)
         if int(reply[0]) == 1:
             fields = _text(reply[3])
             return Reservation(
@@ -241,18 +260,19 @@ class RedisBudgetStore:
         else:
             keys += self.ledger.record_keys(event)
             argv += ["1", *self.ledger.record_argv(event)]
-        return bool(await self._run("settle", self._settle(keys=keys, args=argv)))
+        return bool(await self._settle("budget settle", keys, argv))
 
     async def extend(self, reservation: Reservation) -> bool:
         keys = [self.holds_key, self.deadlines_key]
         args: list[str | int] = [reservation.request_id, self.ttl_ms]
-        return bool(await self._run("extend", self._extend(keys=keys, args=args)))
+        return bool(await self._extend("budget extend", keys, args))
 
     async def status(self, scopes: Sequence[Scope]) -> list[ScopeStatus]:
         await self.active_holds()
-        overrides = await self._run("status", self.redis.hgetall(self.limits_key))
+        client = self.store.client
+        overrides = await self.store.call("budget status", client.hgetall, self.limits_key)
         by_scope = {_text(k): decode_limit(_text(v)) for k, v in overrides.items()}
-        ts = now()
+        ts = await self.store.server_time()  # the same clock reserve windows come from
         resolved: list[tuple[Scope, BudgetSpec | None, bool, str]] = []
         for scope in scopes:
             overridden = scope.name in by_scope
@@ -262,8 +282,8 @@ class RedisBudgetStore:
         fields = [r[3] for r in resolved]
         if not fields:
             return []
-        spent = await self._run("status", self.redis.hmget(self.spent_key, fields))
-        held = await self._run("status", self.redis.hmget(self.held_key, fields))
+        spent = await self.store.call("budget status", client.hmget, self.spent_key, fields)
+        held = await self.store.call("budget status", client.hmget, self.held_key, fields)
         return [
             ScopeStatus(
                 scope=scope.name,
@@ -277,11 +297,14 @@ class RedisBudgetStore:
         ]
 
     async def set_limit(self, scope: str, limit: BudgetSpec | None) -> None:
-        await self._run("set", self.redis.hset(self.limits_key, scope, encode_limit(limit)))
+        client = self.store.client
+        await self.store.call(
+            "budget set", client.hset, self.limits_key, scope, encode_limit(limit)
+        )
 
     async def clear_limit(self, scope: str) -> None:
-        await self._run("clear", self.redis.hdel(self.limits_key, scope))
+        await self.store.call("budget clear", self.store.client.hdel, self.limits_key, scope)
 
     async def active_holds(self) -> int:
         keys = [self.held_key, self.holds_key, self.deadlines_key]
-        return int(await self._run("purge", self._purge(keys=keys)))
+        return int(await self._purge("budget purge", keys))

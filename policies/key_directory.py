@@ -17,9 +17,9 @@ import logging
 import math
 import time
 
-from policies.keys import KeyStore, ManagedKey, MemoryKeyStore, runtime_tenant
+from policies.keys import KeyStore, ManagedKey, runtime_tenant
 from policies.schema import GatewayConfig, TenantSpec
-from policies.store import RedisStore, Store, StoreUnavailable
+from policies.store import StoreUnavailable
 from policies.tenants import KeyRing, Principal, hash_key
 
 log = logging.getLogger(__name__)
@@ -187,11 +187,3 @@ class KeyDirectory:
                     await asyncio.sleep(self.poll_s)
         finally:
             await self.store.aclose()
-
-
-def open_key_store(store: Store, redis_prefix: str) -> KeyStore:
-    if isinstance(store, RedisStore):
-        from policies.keys_redis import RedisKeyStore
-
-        return RedisKeyStore(store, redis_prefix)
-    return MemoryKeyStore()

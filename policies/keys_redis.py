@@ -1,7 +1,7 @@
 """Managed keys and runtime tenants on Redis, shared by every replica.
 
 Keys (``P`` = ``{redis_prefix}:{keys}``; one hash tag, so a write and its version bump
-are one MULTI on Redis Cluster too):
+are one MULTI on Redis Cluster too; the change notice is published right after it):
   P:by_digest  hash  key digest -> the key's record (JSON)
   P:by_id      hash  key id -> digest
   P:tenants    hash  tenant name -> its policy fields (JSON)
@@ -13,16 +13,15 @@ are one MULTI on Redis Cluster too):
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import orjson
 
 from policies.keys import ManagedKey
-
-if TYPE_CHECKING:
-    from redis.asyncio.client import PubSub
-from policies.store import RedisStore, StoreUnavailable
+from policies.store import StoreUnavailable
+from policies.store_redis import RedisStore
 
 T = TypeVar("T")
 
@@ -45,22 +44,26 @@ def keys_prefix(redis_prefix: str) -> str:
 
 
 class RedisKeyStore:
-    def __init__(self, store: RedisStore, prefix: str) -> None:
-        self.redis = store.redis
-        p = keys_prefix(prefix)
+    def __init__(self, store: RedisStore, prefix: str | None = None) -> None:
+        """``prefix``: the ``redis_prefix`` (default: the store owner's root)."""
+        self.store = store
+        self.redis = store.client
+        p = keys_prefix(prefix) if prefix is not None else store.keys("keys")
         self._digests, self._ids = f"{p}:by_digest", f"{p}:by_id"
         self._tenants, self._used, self._version = f"{p}:tenants", f"{p}:used", f"{p}:version"
         self._channel = f"{p}:changed"
-        self._touch = self.redis.register_script(_TOUCH)
-        self._pubsub: PubSub | None = None
+        self._touch = store.script(_TOUCH)
+        self._reader: Any = None
+        self._pubsub: Any = None
 
     async def _call(self, what: str, work: Awaitable[T]) -> T:
-        from redis.exceptions import ConnectionError, TimeoutError
-
+        """Every failure mapped by the store owner (``StoreUnavailable``)."""
         try:
-            return await work
-        except (ConnectionError, TimeoutError, OSError) as exc:
-            raise StoreUnavailable(f"redis {what}: {exc}") from exc
+            async with self.store.errors(what):
+                return await work
+        finally:
+            if asyncio.iscoroutine(work):
+                work.close()  # never started: the owner refused before awaiting it
 
     async def version(self) -> int:
         raw = await self._call("get", self.redis.get(self._version))
@@ -87,8 +90,8 @@ class RedisKeyStore:
                 pipe.hset(self._digests, key.digest, key.model_dump_json())
                 pipe.hset(self._ids, key.id, key.digest)
                 pipe.incr(self._version)
-                pipe.publish(self._channel, b"1")
                 await pipe.execute()
+            await self.redis.publish(self._channel, b"1")  # keyless: outside the MULTI
 
         await self._call("put key", write())
 
@@ -101,8 +104,8 @@ class RedisKeyStore:
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.hset(self._tenants, name, orjson.dumps(fields))
                 pipe.incr(self._version)
-                pipe.publish(self._channel, b"1")
                 await pipe.execute()
+            await self.redis.publish(self._channel, b"1")  # keyless: outside the MULTI
 
         await self._call("put tenant", write())
 
@@ -111,8 +114,8 @@ class RedisKeyStore:
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.hdel(self._tenants, name)
                 pipe.incr(self._version)
-                pipe.publish(self._channel, b"1")
-                removed, _, _ = await pipe.execute()
+                removed, _ = await pipe.execute()
+            await self.redis.publish(self._channel, b"1")  # keyless: outside the MULTI
             return bool(removed)
 
         return await self._call("delete tenant", write())
@@ -121,7 +124,7 @@ class RedisKeyStore:
         if not used:
             return
         args = [part for key_id, ts in used.items() for part in (key_id, repr(ts))]
-        await self._call("touch", self._touch(keys=[self._used], args=args))
+        await self._touch("touch", [self._used], args)
 
     async def last_used(self) -> dict[str, float]:
         raw = await self._call("hgetall", self.redis.hgetall(self._used))
@@ -129,19 +132,22 @@ class RedisKeyStore:
 
     async def wait_change(self, timeout_s: float) -> None:
         """Until a replica announces a write, or ``timeout_s``."""
-        from redis.exceptions import ConnectionError, TimeoutError
-
         try:
-            if self._pubsub is None:
-                pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
-                self._pubsub = pubsub
-                await pubsub.subscribe(self._channel)
-            await self._pubsub.get_message(timeout=timeout_s)
-        except (ConnectionError, TimeoutError, OSError) as exc:
+            async with self.store.errors("subscribe"):
+                if self._pubsub is None:
+                    self._reader = self.store.reader()
+                    self._pubsub = self._reader.pubsub(ignore_subscribe_messages=True)
+                    await self._pubsub.subscribe(self._channel)
+                await self._pubsub.get_message(timeout=timeout_s)
+        except StoreUnavailable:
             await self.aclose()
-            raise StoreUnavailable(f"redis subscribe: {exc}") from exc
+            raise
 
     async def aclose(self) -> None:
         pubsub, self._pubsub = self._pubsub, None
-        if pubsub is not None:
-            await pubsub.aclose()  # type: ignore[no-untyped-call]
+        reader, self._reader = self._reader, None
+        async with self.store.errors("unsubscribe"):
+            if pubsub is not None:
+                await pubsub.aclose()
+            if reader is not None:
+                await reader.aclose()

@@ -1,9 +1,10 @@
 """Sliding-log rate limits on Redis: one Lua script checks and records every scope.
 
-Keys (hash tag ``{rate}``, so one script may touch all scopes on a cluster), per scope:
-  P:{rate}:NAME:req     zset request id by admission time (ms)
-  P:{rate}:NAME:tok     zset "request id:tokens" by admission time (ms)
-  P:{rate}:NAME:toksum  the sum of the tokens in ``tok``
+Keys (``P`` = ``<redis_prefix>:{rate}``: one hash tag, so one script may touch a tenant's
+and its key's scopes on a cluster), per scope:
+  P:NAME:req     zset request id by admission time (ms)
+  P:NAME:tok     zset "request id:tokens" by admission time (ms)
+  P:NAME:toksum  the sum of the tokens in ``tok``
 All three expire one window after their newest entry. Time is the server's.
 """
 
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from policies.ratelimit import WINDOW_S, RateDecision, RateScope, RateWindow, tightest
-from policies.store import RedisStore, StoreUnavailable
+from policies.store_redis import RedisStore
 
 # ARGV: rid window_ms tokens nscopes (rpm tpm)...   KEYS: (req tok toksum) per scope
 _ACQUIRE = """
@@ -108,44 +109,34 @@ return 1
 
 
 class RedisRateLimiter:
-    def __init__(self, store: RedisStore, *, prefix: str = "tg", window_s: float = WINDOW_S):
-        self.redis = store.redis
-        self.base = f"{prefix}:{{rate}}"
+    def __init__(self, store: RedisStore, *, window_s: float = WINDOW_S) -> None:
+        self.store = store
+        self.base = store.keys("rate")
         self.window_ms = int(window_s * 1000)
-        self._acquire = self.redis.register_script(_ACQUIRE)
-        self._correct = self.redis.register_script(_CORRECT)
+        self._acquire = store.script(_ACQUIRE)
+        self._correct = store.script(_CORRECT)
 
     async def correct(
         self, request_id: str, scopes: Sequence[RateScope], estimated: int, actual: int
     ) -> None:
-        from redis.exceptions import ConnectionError, TimeoutError
-
         keys: list[str] = []
         for scope in scopes:
             if scope.spec.tokens_per_minute is not None:
                 keys += [f"{self.base}:{scope.name}:tok", f"{self.base}:{scope.name}:toksum"]
         if not keys or estimated == actual:
             return
-        try:
-            await self._correct(keys=keys, args=[request_id, estimated, actual])
-        except (ConnectionError, TimeoutError, OSError) as exc:
-            raise StoreUnavailable(f"rate limit: {exc}") from exc
+        await self._correct("rate limit correct", keys, [request_id, estimated, actual])
 
     async def acquire(
         self, request_id: str, scopes: Sequence[RateScope], tokens: int
     ) -> RateDecision:
-        from redis.exceptions import ConnectionError, TimeoutError
-
         keys: list[str] = []
         argv: list[Any] = [request_id, self.window_ms, tokens, len(scopes)]
         for scope in scopes:
             base = f"{self.base}:{scope.name}"
             keys += [f"{base}:req", f"{base}:tok", f"{base}:toksum"]
             argv += [scope.spec.requests_per_minute or 0, scope.spec.tokens_per_minute or 0]
-        try:
-            reply = await self._acquire(keys=keys, args=argv)
-        except (ConnectionError, TimeoutError, OSError) as exc:
-            raise StoreUnavailable(f"rate limit: {exc}") from exc
+        reply = await self._acquire("rate limit acquire", keys, argv)
         allowed, refused, retry_ms, per_scope = int(reply[0]), int(reply[1]), reply[2], reply[3]
         req_windows: list[RateWindow] = []
         tok_windows: list[RateWindow] = []

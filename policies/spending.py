@@ -1,13 +1,10 @@
-"""Which budget and rate-limit scopes a caller spends from, and the stores that keep them."""
+"""Which budget and rate-limit scopes a caller spends from (the stores: policies/stores.py)."""
 
 from __future__ import annotations
 
-from policies.budget import GLOBAL_SCOPE, BudgetStore, Scope, key_scope, tenant_scope
-from policies.budget_memory import MemoryBudgetStore
-from policies.ledger import Ledger, MemoryLedger, RedisLedger
-from policies.ratelimit import MemoryRateLimiter, RateLimiter, RateScope
+from policies.budget import GLOBAL_SCOPE, Scope, key_scope, tenant_scope
+from policies.ratelimit import RateScope
 from policies.schema import GatewayConfig
-from policies.store import RedisStore, Store
 from policies.tenants import Principal
 
 
@@ -39,21 +36,3 @@ def rate_scopes(principal: Principal) -> list[RateScope]:
         key = key_scope(principal.tenant, principal.key_id)
         scopes.append(RateScope(key, principal.key_rate_limit))
     return scopes
-
-
-def open_budget_store(config: GatewayConfig, ledger: Ledger) -> BudgetStore:
-    ttl_s = config.budgets.reservation_ttl_s
-    if isinstance(ledger, RedisLedger):
-        from policies.budget_redis import RedisBudgetStore
-
-        return RedisBudgetStore(ledger, ttl_s=ttl_s)
-    assert isinstance(ledger, MemoryLedger)
-    return MemoryBudgetStore(ledger, ttl_s=ttl_s)
-
-
-def open_rate_limiter(config: GatewayConfig, store: Store) -> RateLimiter:
-    if isinstance(store, RedisStore):
-        from policies.ratelimit_redis import RedisRateLimiter
-
-        return RedisRateLimiter(store, prefix=config.redis_prefix)
-    return MemoryRateLimiter()

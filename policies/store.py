@@ -1,26 +1,45 @@
 """The state seam: a small async key-value contract, on Redis or in this process.
 
-Everything replicas share (caches, budgets, rate-limit windows, the ledger) goes
-through a ``Store``. ``MemoryStore`` keeps the same contract for a single process;
-it is atomic because every method runs to completion on the event loop.
+Everything replicas share (caches, budgets, rate-limit windows, the ledger, admin
+sessions, policy-reload notices) goes through one ``Store``, the owner of the
+connection. It hands each typed sub-store its key prefix (``store.keys("budget")``),
+and on Redis it maps every Redis error, in one place, to ``StoreUnavailable``.
+``MemoryStore`` keeps the same contract for a single process; it is atomic because
+every method runs to completion on the event loop.
+
+Implementations: ``MemoryStore`` here, ``RedisStore`` (one server or a Redis Cluster)
+in ``policies/store_redis.py``; ``policies/stores.py`` picks one from the YAML.
 """
 
 from __future__ import annotations
 
-import logging
+import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Protocol
-
-log = logging.getLogger(__name__)
 
 
 class StoreUnavailable(Exception):
-    """The store did not answer (down, or slower than its timeout)."""
+    """The store did not do what was asked: down, slower than its timeout, out of memory,
+    read-only, busy, a cluster fault. Callers treat every one the same way."""
+
+
+def key_prefix(root: str, name: str, tag: str | None = None) -> str:
+    """``root:{name}``, or ``root:{tag}:name`` for a sub-store that must share a slot with
+    another (the budget with the ledger it settles into). The hash tag puts every key of
+    one sub-store in one Redis Cluster slot, so its Lua scripts may touch them together."""
+    return f"{root}:{{{name}}}" if tag is None else f"{root}:{{{tag}}}:{name}"
 
 
 class Store(Protocol):
-    kind: str
+    kind: str  # the registry key of the implementations built on it: memory | redis
+    root: str  # every key this deployment writes starts with it (``redis_prefix``)
+    cluster: bool
+
+    def keys(self, name: str, tag: str | None = None) -> str:
+        """The key prefix of the sub-store ``name`` (see ``key_prefix``)."""
+        ...
 
     async def get(self, key: str) -> bytes | None: ...
 
@@ -34,6 +53,19 @@ class Store(Protocol):
 
     async def hgetall(self, key: str) -> dict[str, bytes]: ...
 
+    async def server_time(self) -> float:
+        """The store's clock (Redis ``TIME``): one clock for every replica."""
+        ...
+
+    async def publish(self, channel: str, message: bytes) -> int:
+        """Send ``message`` to every subscriber of ``channel`` (every replica)."""
+        ...
+
+    def subscribe(self, channel: str) -> AbstractAsyncContextManager[AsyncIterator[bytes]]:
+        """``async with store.subscribe(ch) as messages: async for m in messages: ...``;
+        subscribed once the ``async with`` is entered."""
+        ...
+
     async def ping(self) -> bool: ...
 
     async def aclose(self) -> None: ...
@@ -43,11 +75,17 @@ class MemoryStore:
     """Single-process store; expiry is checked lazily on read."""
 
     kind = "memory"
+    cluster = False
 
-    def __init__(self) -> None:
+    def __init__(self, root: str = "tg") -> None:
+        self.root = root
         self._values: dict[str, bytes] = {}
         self._hashes: dict[str, dict[str, bytes]] = {}
         self._expiry: dict[str, float] = {}
+        self._channels: dict[str, set[asyncio.Queue[bytes]]] = {}
+
+    def keys(self, name: str, tag: str | None = None) -> str:
+        return key_prefix(self.root, name, tag)
 
     def _alive(self, key: str) -> bool:
         deadline = self._expiry.get(key)
@@ -94,6 +132,29 @@ class MemoryStore:
     async def hgetall(self, key: str) -> dict[str, bytes]:
         return dict(self._hashes.get(key, {})) if self._alive(key) else {}
 
+    async def server_time(self) -> float:
+        return time.time()
+
+    async def publish(self, channel: str, message: bytes) -> int:
+        queues = self._channels.get(channel, set())
+        for queue in queues:
+            queue.put_nowait(message)
+        return len(queues)
+
+    @asynccontextmanager
+    async def subscribe(self, channel: str) -> AsyncIterator[AsyncIterator[bytes]]:
+        queue: asyncio.Queue[bytes] = asyncio.Queue()
+        self._channels.setdefault(channel, set()).add(queue)
+
+        async def messages() -> AsyncIterator[bytes]:
+            while True:
+                yield await queue.get()
+
+        try:
+            yield messages()
+        finally:
+            self._channels[channel].discard(queue)
+
     async def ping(self) -> bool:
         return True
 
@@ -101,77 +162,3 @@ class MemoryStore:
         self._values.clear()
         self._hashes.clear()
         self._expiry.clear()
-
-
-class RedisStore:
-    """Pooled ``redis.asyncio``; connection errors and timeouts become ``StoreUnavailable``."""
-
-    kind = "redis"
-
-    def __init__(self, url: str, *, timeout_s: float = 0.5, max_connections: int = 64) -> None:
-        import redis.asyncio as aioredis
-
-        self.url = url
-        # A blocking pool: a burst waits briefly for a connection instead of failing.
-        pool = aioredis.BlockingConnectionPool.from_url(
-            url,
-            max_connections=max_connections,
-            timeout=timeout_s,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-            health_check_interval=30,
-        )
-        self.redis = aioredis.Redis(connection_pool=pool)
-
-    async def _call(self, method: str, *args: object, **kwargs: object) -> object:
-        from redis.exceptions import ConnectionError, TimeoutError
-
-        try:
-            return await getattr(self.redis, method)(*args, **kwargs)
-        except (ConnectionError, TimeoutError, OSError) as exc:
-            raise StoreUnavailable(f"redis {method}: {exc}") from exc
-
-    async def get(self, key: str) -> bytes | None:
-        value = await self._call("get", key)
-        assert value is None or isinstance(value, bytes)
-        return value
-
-    async def set(self, key: str, value: bytes, ttl_s: float | None = None) -> None:
-        px = None if ttl_s is None else max(int(ttl_s * 1000), 1)
-        await self._call("set", key, value, px=px)
-
-    async def delete(self, *keys: str) -> int:
-        return int(await self._call("delete", *keys)) if keys else 0  # type: ignore[call-overload]
-
-    async def incrbyfloat(self, key: str, amount: float) -> float:
-        return float(await self._call("incrbyfloat", key, amount))  # type: ignore[arg-type]
-
-    async def hincrbyfloat(self, key: str, field: str, amount: float) -> float:
-        return float(await self._call("hincrbyfloat", key, field, amount))  # type: ignore[arg-type]
-
-    async def hgetall(self, key: str) -> dict[str, bytes]:
-        raw = await self._call("hgetall", key)
-        assert isinstance(raw, Mapping)
-        return {k.decode(): v for k, v in raw.items()}
-
-    async def ping(self) -> bool:
-        try:
-            return bool(await self._call("ping"))
-        except StoreUnavailable:
-            return False
-
-    async def aclose(self) -> None:
-        await self.redis.aclose()
-        await self.redis.connection_pool.disconnect()
-
-
-def open_store(
-    redis_url: str | None, *, timeout_s: float = 0.5, max_connections: int = 64
-) -> Store:
-    if redis_url:
-        return RedisStore(redis_url, timeout_s=timeout_s, max_connections=max_connections)
-    log.warning(
-        "no redis_url configured: state lives in this process only "
-        "(caches, budgets and rate limits are NOT shared between replicas)"
-    )
-    return MemoryStore()

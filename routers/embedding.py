@@ -1,7 +1,8 @@
 """The embedder seam: text in, one L2-normalised float32 vector per text out.
 
 A request is embedded once; the same vector feeds the semantic cache and the
-classifier. Implementations do their CPU work off the event loop.
+classifier. Implementations do their CPU work off the event loop; ``routers/embedders.py``
+is the registry that builds one from the YAML name.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
-
-from policies.schema import ClassifierConfig
 
 Vector = npt.NDArray[np.float32]
 
@@ -104,27 +103,3 @@ class SyncEmbedder(Embedder, Protocol):
     name: str
 
     def embed_sync(self, texts: Sequence[str]) -> npt.NDArray[np.float32]: ...
-
-
-def build_embedder(config: ClassifierConfig) -> SyncEmbedder:
-    """The configured embedder; heavy imports happen here, not at import time.
-
-    Raises ``EmbedderUnavailable`` when its packages or model files are missing."""
-    try:
-        if config.embedder == "onnx":
-            from routers.onnx_embedder import OnnxEmbedder
-
-            return OnnxEmbedder(
-                max_tokens=config.max_tokens,
-                quantize=config.quantize,
-                threads=config.threads,
-                max_batch=config.max_batch,
-                max_wait_ms=config.max_wait_ms,
-            )
-        return SentenceTransformerEmbedder(
-            max_seq_length=config.max_tokens,
-            max_batch=config.max_batch,
-            max_wait_ms=config.max_wait_ms,
-        )
-    except (ImportError, OSError) as exc:
-        raise EmbedderUnavailable(f"{config.embedder} embedder: {exc}") from exc

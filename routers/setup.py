@@ -8,7 +8,8 @@ from pathlib import Path
 
 from policies.schema import ClassifierConfig
 from routers.classifier import ComplexityClassifier, ComplexityModel
-from routers.embedding import SyncEmbedder, build_embedder
+from routers.embedders import build_embedder
+from routers.embedding import SyncEmbedder
 
 log = logging.getLogger(__name__)
 

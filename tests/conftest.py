@@ -10,7 +10,12 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import pytest
 
-from tests.redis_servers import RedisProcess, redis8_process
+from tests.redis_servers import (
+    RedisClusterProcess,
+    RedisProcess,
+    redis8_process,
+    redis_cluster_process,
+)
 
 
 @pytest.fixture(scope="session")
@@ -18,3 +23,10 @@ def redis8() -> Iterator[RedisProcess]:
     """A Redis 8.2 (vector sets) for the whole session, on a free loopback port."""
     with redis8_process() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterProcess]:
+    """A 3-master Redis Cluster (Redis 8) for the whole session, on free loopback ports."""
+    with redis_cluster_process() as cluster:
+        yield cluster

@@ -1,18 +1,86 @@
-"""Build and close the prompt cache (and the embedder it shares) in the lifespan."""
+"""Build and close the prompt cache (and the embedder it shares) in the lifespan.
+
+``STORAGES`` is the cache storage registry, keyed by the YAML ``cache.index`` name
+(``auto`` is resolved first: ``vectorset`` where the Redis server has vector sets,
+else ``stream``; a memory store always gets ``memory``).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Mapping
 
 from gateway.cache.keys import namespace
 from gateway.cache.service import PromptCache
-from gateway.cache.storage import open_cache_storage
-from policies.schema import GatewayConfig
-from policies.store import Store
-from routers.embedding import Embedder
+from gateway.cache.storage import CacheStorage, CacheUnavailable
+from policies.schema import CacheConfig, GatewayConfig
+from policies.store import Store, StoreUnavailable
+from policies.store_redis import RedisStore
+from policies.stores import redis_owner
+from routers.embedders import build_sentence_embedder
+from routers.embedding import Embedder, EmbedderUnavailable
 
 log = logging.getLogger(__name__)
+
+
+def _memory(store: Store, config: CacheConfig) -> CacheStorage:
+    from gateway.cache.memory import MemoryStorage
+
+    return MemoryStorage()
+
+
+def _vectorset(store: Store, config: CacheConfig) -> CacheStorage:
+    from gateway.cache.vectorsets import VectorSetStorage
+
+    return VectorSetStorage(_cache_owner(store, config))
+
+
+def _stream(store: Store, config: CacheConfig) -> CacheStorage:
+    from gateway.cache.streamindex import StreamIndexStorage
+
+    owner = _cache_owner(store, config)
+    return StreamIndexStorage(owner, root=config.key_prefix, maxlen=config.stream_maxlen)
+
+
+def _cache_owner(store: Store, config: CacheConfig) -> RedisStore:
+    """The cache's own pool, with its short timeout: a slow cache must not hold a request."""
+    return redis_owner(store).sibling(timeout_s=config.timeout_s)
+
+
+STORAGES: Mapping[str, Callable[[Store, CacheConfig], CacheStorage]] = {
+    "memory": _memory,
+    "vectorset": _vectorset,
+    "stream": _stream,
+}
+
+
+async def has_vector_sets(store: RedisStore) -> bool:
+    """Whether the server knows ``VADD`` (Redis 8 vector sets)."""
+    try:
+        return await store.has_command("VCARD", store.keys("cache-probe"))
+    except StoreUnavailable as exc:
+        raise CacheUnavailable(f"capability check failed: {exc}") from exc
+
+
+async def storage_name(store: Store, config: CacheConfig) -> str:
+    if store.kind == "memory":
+        return "memory"
+    if config.index != "auto":
+        return config.index
+    try:
+        return "vectorset" if await has_vector_sets(redis_owner(store)) else "stream"
+    except CacheUnavailable as exc:
+        log.warning("%s; assuming no vector sets", exc)
+        return "stream"
+
+
+async def open_cache_storage(store: Store, config: CacheConfig) -> CacheStorage:
+    """Pick the storage for this store and server, detected once at startup."""
+    build: Callable[[Store, CacheConfig], CacheStorage] = STORAGES[
+        await storage_name(store, config)
+    ]
+    return build(store, config)
 
 
 async def open_cache(
@@ -42,10 +110,8 @@ async def close_cache(cache: PromptCache | None, embedder: Embedder | None) -> N
 async def _embedder(model_path: str | None) -> Embedder | None:
     """The sentence embedder, or None (exact cache only) where its packages are missing."""
     try:
-        from routers.embedding import SentenceTransformerEmbedder
-
-        return await asyncio.to_thread(SentenceTransformerEmbedder, model_path)
-    except ImportError as exc:
+        return await asyncio.to_thread(build_sentence_embedder, model_path)
+    except EmbedderUnavailable as exc:
         log.warning(
             "semantic cache off: %s (install the 'routing' extra for the sentence embedder)", exc
         )

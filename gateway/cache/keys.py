@@ -83,6 +83,17 @@ def _params(request: GenerationRequest) -> dict[str, Any]:
         "tool_choice": request.tool_choice,
         "response_format": request.response_format,
         "n": 1,
+        # Options added later join the key only when set, so older keys stay valid.
+        **{
+            k: v
+            for k, v in (
+                ("frequency_penalty", sampling.frequency_penalty),
+                ("presence_penalty", sampling.presence_penalty),
+                ("parallel_tool_calls", request.parallel_tool_calls),
+                ("passthrough", dict(request.passthrough) or None),
+            )
+            if v is not None
+        },
     }
 
 

@@ -8,7 +8,7 @@ outside the script can follow.
 
 from __future__ import annotations
 
-import time
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -16,14 +16,19 @@ import numpy as np
 
 from gateway.cache.keys import CacheKeys
 from gateway.cache.storage import CacheUnavailable, Candidate, Semantic, TenantUsage, Vector
+from policies.store import StoreUnavailable
+from policies.store_redis import RedisStore
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
-# KEYS: entry, order, vector set.  ARGV: digest, record, prefix, text, vector, now_ms,
-# ttl_ms, max_entries, use_vset, entry key prefix.
+# KEYS: entry, order, vector set.  ARGV: digest, record, prefix, text, vector, ttl_ms,
+# max_entries, use_vset, entry key prefix.  Store times are the server's (``TIME``).
 PUT_SCRIPT = """
-local digest, now, ttl, cap = ARGV[1], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local use_vset, entry_prefix = ARGV[9] == '1', ARGV[10]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local digest, ttl, cap = ARGV[1], tonumber(ARGV[6]), tonumber(ARGV[7])
+local use_vset, entry_prefix = ARGV[8] == '1', ARGV[9]
 if ARGV[3] ~= '' then
   redis.call('HSET', KEYS[1], 'r', ARGV[2], 'p', ARGV[3], 't', ARGV[4], 'v', ARGV[5])
 else
@@ -63,20 +68,6 @@ return #digests
 """
 
 
-def cache_client(url: str, timeout_s: float) -> Any:
-    """A client of its own with short timeouts: a slow cache must not hold a request."""
-    import redis.asyncio as aioredis
-
-    pool = aioredis.BlockingConnectionPool.from_url(
-        url,
-        max_connections=64,
-        timeout=timeout_s,
-        socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
-    )
-    return aioredis.Redis(connection_pool=pool)
-
-
 def as_vector(raw: bytes) -> Vector:
     return np.frombuffer(raw, dtype=np.float32)
 
@@ -85,21 +76,22 @@ class RedisStorageBase:
     kind = "redis"
     use_vector_set = False
 
-    def __init__(self, client: Any) -> None:
-        self.redis = client
-        self._put = client.register_script(PUT_SCRIPT)
-        self._flush = client.register_script(FLUSH_SCRIPT)
+    def __init__(self, store: RedisStore) -> None:
+        """``store``: the cache's own owner (``RedisStore.sibling`` with the cache's short
+        timeout: a slow cache must not hold a request)."""
+        self.store = store
+        self.redis = store.client
+        self._put = store.script(PUT_SCRIPT)
+        self._flush = store.script(FLUSH_SCRIPT)
 
     async def call(self, what: str, make: Callable[[], Awaitable[T]]) -> T:
-        from redis.exceptions import RedisError
-
-        try:
-            return await make()
-        except (RedisError, OSError) as exc:
-            raise CacheUnavailable(f"cache {what}: {exc!r}") from exc
+        return await self.store.call(f"cache {what}", make, error=CacheUnavailable)
 
     async def start(self, namespaces: list[str]) -> None:
-        return None
+        try:
+            await self.store.connect()
+        except StoreUnavailable as exc:  # the cache will retry on its own; say so
+            log.warning("cache store not reachable at start: %s", exc)
 
     async def get(self, keys: CacheKeys, digest: str) -> bytes | None:
         value = await self.call("get", lambda: self.redis.hget(keys.entry(digest), "r"))
@@ -115,22 +107,19 @@ class RedisStorageBase:
         ttl_s: float,
         max_entries: int,
     ) -> None:
-        args = [
+        args: list[str | int | float | bytes] = [
             digest,
             record,
             semantic.prefix if semantic else "",
             semantic.text if semantic else "",
             semantic.vector.astype(np.float32).tobytes() if semantic else b"",
-            int(time.time() * 1000),
             max(int(ttl_s * 1000), 1),
             max_entries,
             "1" if self.use_vector_set else "0",
             keys.entry(""),
         ]
-        gone = await self.call(
-            "put",
-            lambda: self._put(keys=[keys.entry(digest), keys.order, keys.vectors], args=args),
-        )
+        put_keys = [keys.entry(digest), keys.order, keys.vectors]
+        gone = await self._put("cache put", put_keys, args, error=CacheUnavailable)
         await self.after_put(keys, digest, semantic, [d.decode() for d in gone])
 
     async def after_put(
@@ -158,9 +147,8 @@ class RedisStorageBase:
         return found
 
     async def flush(self, keys: CacheKeys) -> int:
-        removed = await self.call(
-            "flush", lambda: self._flush(keys=[keys.order, keys.vectors], args=[keys.entry("")])
-        )
+        flush_keys = [keys.order, keys.vectors]
+        removed = await self._flush("cache flush", flush_keys, [keys.entry("")], CacheUnavailable)
         return int(removed)
 
     async def usage(self, keys: CacheKeys) -> TenantUsage:
@@ -182,5 +170,4 @@ class RedisStorageBase:
         return await self.call("usage", run)
 
     async def aclose(self) -> None:
-        await self.redis.aclose()
-        await self.redis.connection_pool.disconnect()
+        await self.store.aclose()

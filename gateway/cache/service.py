@@ -70,6 +70,8 @@ def cache_directives(header: str | None) -> set[str]:
 
 def cacheable(policy: CachePolicy, request: GenerationRequest) -> bool:
     """Deterministic enough to replay: low temperature, or a fixed seed where allowed."""
+    if request.logprobs:  # a stored answer keeps no log-probabilities to replay
+        return False
     temperature = 1.0 if request.sampling.temperature is None else request.sampling.temperature
     if temperature <= policy.max_temperature:
         return True

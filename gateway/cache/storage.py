@@ -1,4 +1,4 @@
-"""The cache storage seam, and the one place that picks an implementation.
+"""The cache storage seam (protocol only; ``gateway/cache/build.py`` picks an implementation).
 
 ``CacheStorage`` keeps records under exact digests and, for entries that have a
 vector, finds candidates with the same prefix by meaning. It knows nothing of
@@ -12,7 +12,6 @@ redis-stream    Redis 7: entries (with vectors) in hashes, a ``LocalIndex`` per
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -20,10 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gateway.cache.keys import CacheKeys
-from policies.schema import CacheConfig
-from policies.store import RedisStore, Store, StoreUnavailable
-
-log = logging.getLogger(__name__)
+from policies.store import StoreUnavailable
 
 Vector = npt.NDArray[np.float32]
 
@@ -84,41 +80,3 @@ class CacheStorage(Protocol):
     async def usage(self, keys: CacheKeys) -> TenantUsage: ...
 
     async def aclose(self) -> None: ...
-
-
-async def has_vector_sets(store: RedisStore) -> bool:
-    """Whether the server knows ``VADD`` (Redis 8 vector sets)."""
-    from redis.exceptions import RedisError, ResponseError
-
-    try:
-        await store.redis.execute_command("VCARD", "tg:cache:capability-probe")  # type: ignore[no-untyped-call]
-    except ResponseError:
-        return False  # "unknown command": Redis 7 or older
-    except RedisError as exc:
-        raise CacheUnavailable(f"capability check failed: {exc}") from exc
-    return True
-
-
-async def open_cache_storage(store: Store, config: CacheConfig) -> CacheStorage:
-    """Pick the storage for this store and server, detected once at startup."""
-    from gateway.cache.memory import MemoryStorage
-
-    if not isinstance(store, RedisStore):
-        return MemoryStorage()
-    from gateway.cache.redisbase import cache_client
-
-    client = cache_client(store.url, config.timeout_s)
-    index = config.index
-    if index == "auto":
-        try:
-            index = "vectorset" if await has_vector_sets(store) else "stream"
-        except CacheUnavailable as exc:
-            log.warning("%s; assuming no vector sets", exc)
-            index = "stream"
-    if index == "vectorset":
-        from gateway.cache.vectorsets import VectorSetStorage
-
-        return VectorSetStorage(client)
-    from gateway.cache.streamindex import StreamIndexStorage
-
-    return StreamIndexStorage(client, root=config.key_prefix, maxlen=config.stream_maxlen)

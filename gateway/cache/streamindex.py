@@ -18,7 +18,9 @@ from typing import Any
 from gateway.cache.keys import CacheKeys, stream_key
 from gateway.cache.localindex import LocalIndex
 from gateway.cache.redisbase import RedisStorageBase, as_vector
-from gateway.cache.storage import CacheUnavailable, Candidate, Semantic, TenantUsage, Vector
+from gateway.cache.storage import Candidate, Semantic, TenantUsage, Vector
+from policies.store import StoreUnavailable
+from policies.store_redis import RedisStore
 
 log = logging.getLogger(__name__)
 
@@ -31,31 +33,23 @@ BATCH = 500
 class StreamIndexStorage(RedisStorageBase):
     kind = "redis-stream"
 
-    def __init__(self, client: Any, *, root: str, maxlen: int, tail_client: Any = None) -> None:
-        super().__init__(client)
+    def __init__(self, store: RedisStore, *, root: str, maxlen: int) -> None:
+        super().__init__(store)
         self.root = root
         self.stream = stream_key(root)
         self.maxlen = maxlen
         self.index = LocalIndex()
         self.applied = 0  # stream events applied by this replica (tests wait on it)
-        self._tail_client = tail_client
+        # XREAD blocks for a while: this connection needs a longer timeout than the cache's.
+        self._tail_store = store.sibling(timeout_s=BLOCK_MS / 1000 + 5, max_connections=4)
+        self._tail_client: Any = self._tail_store.client
         self._namespaces: list[str] = []
         self._tailer: asyncio.Task[None] | None = None
         self._closing = False
 
     async def start(self, namespaces: list[str]) -> None:
-        import redis.asyncio as aioredis
-
+        await super().start(namespaces)
         self._namespaces = list(namespaces)
-        if self._tail_client is None:
-            # XREAD blocks for a while: this connection needs a longer timeout than the cache's.
-            kwargs = dict(self.redis.connection_pool.connection_kwargs)
-            kwargs.update(socket_timeout=BLOCK_MS / 1000 + 5, socket_connect_timeout=2)
-            self._tail_client = aioredis.Redis(
-                connection_pool=aioredis.ConnectionPool(
-                    connection_class=self.redis.connection_pool.connection_class, **kwargs
-                )
-            )
         self._tailer = asyncio.create_task(self._tail(), name="tiergate-cache-stream")
 
     async def _resync(self) -> str:
@@ -88,22 +82,21 @@ class StreamIndexStorage(RedisStorageBase):
                     index.add(keys.ns, digest, prefix.decode(), as_vector(vector))
 
     async def _tail(self) -> None:
-        from redis.exceptions import RedisError
-
         delay = 0.2
         last_id: str | None = None
         while not self._closing:
             try:
-                if last_id is None:
-                    last_id = await self._resync()
-                reply = await self._tail_client.xread(
-                    {self.stream: last_id}, count=BATCH, block=BLOCK_MS
-                )
-                for _, events in reply or ():
-                    await self._apply([fields for _, fields in events])
-                    last_id = events[-1][0].decode()
+                async with self._tail_store.errors("cache stream"):
+                    if last_id is None:
+                        last_id = await self._resync()
+                    reply = await self._tail_client.xread(
+                        {self.stream: last_id}, count=BATCH, block=BLOCK_MS
+                    )
+                    for _, events in reply or ():
+                        await self._apply([fields for _, fields in events])
+                        last_id = events[-1][0].decode()
                 delay = 0.2
-            except (RedisError, OSError) as exc:
+            except StoreUnavailable as exc:
                 # Events may be lost while Redis is away: reload everything once it is back.
                 log.warning("cache stream: %r; resyncing in %.1fs", exc, delay)
                 last_id = None
@@ -203,8 +196,7 @@ class StreamIndexStorage(RedisStorageBase):
             self._tailer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait({self._tailer}, timeout=1)
-        if self._tail_client is not None:
-            with contextlib.suppress(CacheUnavailable):
-                await self._tail_client.aclose()
-                await self._tail_client.connection_pool.disconnect()
-        await super().aclose()
+        try:
+            await self._tail_store.aclose()
+        finally:
+            await super().aclose()

@@ -33,8 +33,11 @@ def to_generation(body: wire.CompletionRequest) -> GenerationRequest:
             top_p=body.top_p,
             seed=body.seed,
             stop=body.stop_tuple(),
+            frequency_penalty=body.frequency_penalty,
+            presence_penalty=body.presence_penalty,
         ),
         prompt=prompt,
+        passthrough=body.passthrough(),
     )
 
 

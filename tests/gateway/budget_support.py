@@ -13,8 +13,9 @@ import redis
 
 from policies.budget import Scope, ScopeStatus
 from policies.budget_redis import RedisBudgetStore
-from policies.ledger import RedisLedger, SpendEvent, ledger_prefix
-from policies.store import RedisStore
+from policies.ledger import SpendEvent
+from policies.ledger_redis import RedisLedger
+from policies.store_redis import RedisStore
 from tests.support import fake_config
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -53,13 +54,15 @@ def redis_prefix() -> Iterator[str]:
 class BudgetProbe:
     """Reads a gateway's budget state straight from Redis (its own loop, its own pool)."""
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, url: str = REDIS_URL, *, cluster: bool = False) -> None:
         self.prefix = prefix
+        self.url = url
+        self.cluster = cluster
 
     async def _with_store(self, work: Any) -> Any:
-        store = RedisStore(REDIS_URL)
+        store = RedisStore(self.url, root=self.prefix, cluster=self.cluster, timeout_s=5.0)
         try:
-            ledger = RedisLedger(store, prefix=ledger_prefix(self.prefix))
+            ledger = RedisLedger(store)
             return await work(RedisBudgetStore(ledger), ledger)
         finally:
             await store.aclose()

@@ -12,7 +12,6 @@ import pytest
 
 from gateway.admin.budgets import BudgetLimit, limits_of
 from gateway.admin.report import budget_rows
-from policies import ledger as ledger_module
 from policies.ledger import DayAggregate
 from policies.schema import GatewayConfig, TenantSpec
 from tests.gateway.ledger_seed import ADMIN_KEY, admin_config, expected, seeded_events
@@ -36,17 +35,13 @@ def seeded(
         prefix = f"tgtest{uuid.uuid4().hex}"
         if "redis_prefix" in GatewayConfig.model_fields:
             config["redis_prefix"] = prefix
-        monkeypatch.setattr(ledger_module, "PREFIX", f"{prefix}:{{ledger}}", raising=False)
-        monkeypatch.setattr(
-            ledger_module, "EVENTS_KEY", f"{prefix}:{{ledger}}:events", raising=False
-        )
         config["redis_url"] = "redis://127.0.0.1:6379/0"
     with running_gateway(config) as gateway:
         for event in seeded_events():
             gateway.call(gateway.state.ledger.record(event))
         yield gateway
         if prefix:
-            redis = gateway.state.store.redis  # type: ignore[attr-defined]
+            redis = gateway.state.store.client  # type: ignore[attr-defined]
 
             async def cleanup() -> None:
                 keys = [k async for k in redis.scan_iter(match=f"{prefix}*")]

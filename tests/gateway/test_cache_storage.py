@@ -1,4 +1,5 @@
-"""One contract for every cache storage: memory, Redis 7 + stream index, Redis 8 vector sets.
+"""One contract for every cache storage: memory, Redis 7 + stream index, Redis 8 vector sets,
+and both Redis storages on a 3-master Redis Cluster (a tenant's keys share one slot).
 
 Vectors here are random unit vectors, so these tests need no model; the gateway tests
 use the real embedder.
@@ -12,16 +13,31 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
+from gateway.cache.build import has_vector_sets, storage_name
 from gateway.cache.keys import CacheKeys
 from gateway.cache.memory import MemoryStorage
-from gateway.cache.redisbase import cache_client
-from gateway.cache.storage import CacheStorage, Semantic, has_vector_sets
+from gateway.cache.storage import CacheStorage, Semantic
 from gateway.cache.streamindex import StreamIndexStorage
 from gateway.cache.vectorsets import VectorSetStorage
-from policies.store import RedisStore
-from tests.redis_servers import REDIS7_URL, RedisProcess, cache_prefix, delete_prefix
+from policies.schema import CacheConfig
+from policies.store_redis import RedisStore
+from tests.redis_servers import (
+    REDIS7_URL,
+    RedisClusterProcess,
+    RedisProcess,
+    cache_prefix,
+    delete_prefix,
+)
+from tests.support import free_port
 
-KINDS = ["memory", "redis7-stream", "redis8-stream", "redis8-vectorset"]
+KINDS = [
+    "memory",
+    "redis7-stream",
+    "redis8-stream",
+    "redis8-vectorset",
+    "cluster-stream",
+    "cluster-vectorset",
+]
 
 
 def unit(seed: int, dim: int = 384) -> np.ndarray:
@@ -39,29 +55,44 @@ async def storage(
     request: pytest.FixtureRequest, redis8: RedisProcess
 ) -> AsyncIterator[tuple[CacheStorage, str]]:
     root = cache_prefix()
+    cluster = request.param.startswith("cluster")
     url = REDIS7_URL if request.param.startswith("redis7") else redis8.url
+    if cluster:
+        url = request.getfixturevalue("redis_cluster").url
     built: CacheStorage
     if request.param == "memory":
         built = MemoryStorage()
     elif request.param.endswith("stream"):
-        built = StreamIndexStorage(cache_client(url, 0.5), root=root, maxlen=10_000)
+        owner = RedisStore(url, cluster=cluster, timeout_s=0.5)
+        built = StreamIndexStorage(owner, root=root, maxlen=10_000)
     else:
-        built = VectorSetStorage(cache_client(url, 0.5))
+        built = VectorSetStorage(RedisStore(url, cluster=cluster, timeout_s=0.5))
     await built.start(["acme", "globex"])
     yield built, root
     await built.aclose()
-    if request.param != "memory":
+    if request.param != "memory" and not cluster:  # the cluster lives for this session only
         delete_prefix(url, root)
 
 
-async def test_capability_detection(redis8: RedisProcess) -> None:
+async def test_capability_detection(
+    redis8: RedisProcess, redis_cluster: RedisClusterProcess
+) -> None:
     seven, eight = RedisStore(REDIS7_URL), RedisStore(redis8.url)
+    cluster = RedisStore(redis_cluster.url, cluster=True)
     try:
         assert await has_vector_sets(seven) is False
         assert await has_vector_sets(eight) is True
+        assert await has_vector_sets(cluster) is True
+        cache = CacheConfig(key_prefix=cache_prefix())
+        assert await storage_name(cluster, cache) == "vectorset"
+        assert await storage_name(seven, cache) == "stream"
+        dead = RedisStore(f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.2)
+        assert await storage_name(dead, cache) == "stream"  # told in the log, not an error
+        await dead.aclose()
     finally:
         await seven.aclose()
         await eight.aclose()
+        await cluster.aclose()
 
 
 async def test_exact_entries_are_per_tenant(storage: tuple[CacheStorage, str]) -> None:
@@ -126,11 +157,14 @@ async def test_flush_and_usage(storage: tuple[CacheStorage, str]) -> None:
     assert await store.get(globex, "g") == b"y"
 
 
-async def test_stream_index_syncs_replicas() -> None:
-    """Two replicas on Redis 7: B's index learns A's entries (and flushes) from the stream."""
+@pytest.mark.parametrize("where", ["redis7", "cluster"])
+async def test_stream_index_syncs_replicas(where: str, request: pytest.FixtureRequest) -> None:
+    """Two replicas: B's index learns A's entries (and flushes) from the stream."""
     root = cache_prefix()
-    a = StreamIndexStorage(cache_client(REDIS7_URL, 0.5), root=root, maxlen=10_000)
-    b = StreamIndexStorage(cache_client(REDIS7_URL, 0.5), root=root, maxlen=10_000)
+    cluster = where == "cluster"
+    url = request.getfixturevalue("redis_cluster").url if cluster else REDIS7_URL
+    a = StreamIndexStorage(RedisStore(url, cluster=cluster), root=root, maxlen=10_000)
+    b = StreamIndexStorage(RedisStore(url, cluster=cluster), root=root, maxlen=10_000)
     keys = CacheKeys(root, "acme")
     try:
         await a.start(["acme"])
@@ -151,4 +185,5 @@ async def test_stream_index_syncs_replicas() -> None:
     finally:
         await a.aclose()
         await b.aclose()
-        delete_prefix(REDIS7_URL, root)
+        if not cluster:
+            delete_prefix(REDIS7_URL, root)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -21,11 +20,10 @@ from policies.budget import (
 )
 from policies.budget_memory import MemoryBudgetStore
 from policies.budget_redis import RedisBudgetStore
-from policies.ledger import Ledger, MemoryLedger, RedisLedger, SpendEvent, ledger_prefix
+from policies.ledger import Ledger, MemoryLedger, SpendEvent
+from policies.ledger_redis import RedisLedger
 from policies.schema import BudgetSpec
-from policies.store import RedisStore
-
-REDIS_URL = "redis://127.0.0.1:6379/0"
+from tests.redis_servers import REDIS7_URL, redis_store
 
 
 @dataclass
@@ -34,20 +32,17 @@ class Backend:
     ledger: Ledger
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
     if request.param == "memory":
         ledger = MemoryLedger()
         yield Backend(MemoryBudgetStore(ledger, ttl_s=30), ledger)
         return
-    prefix = f"tgtest-{uuid.uuid4().hex[:12]}"
-    store = RedisStore(REDIS_URL)
-    redis_ledger = RedisLedger(store, prefix=ledger_prefix(prefix))
-    yield Backend(RedisBudgetStore(redis_ledger, ttl_s=30), redis_ledger)
-    keys = [k async for k in store.redis.scan_iter(match=f"{prefix}:*")]
-    if keys:
-        await store.redis.delete(*keys)
-    await store.aclose()
+    cluster = request.param == "cluster"
+    url = request.getfixturevalue("redis_cluster").url if cluster else REDIS7_URL
+    async with redis_store(url, cluster=cluster) as store:
+        redis_ledger = RedisLedger(store)
+        yield Backend(RedisBudgetStore(redis_ledger, ttl_s=30), redis_ledger)
 
 
 def scopes(tenant_usd: float | None, key_usd: float | None = None) -> list[Scope]:

@@ -21,18 +21,25 @@ from policies.keys import (
 )
 from policies.keys_redis import RedisKeyStore
 from policies.schema import GatewayConfig
-from policies.store import RedisStore, StoreUnavailable
+from policies.store import StoreUnavailable
+from policies.store_redis import RedisStore
 from policies.tenants import KeyRing, hash_key
-from tests.redis_servers import REDIS7_URL, delete_prefix
+from tests.redis_servers import REDIS7_URL, delete_prefix, redis_store
 from tests.support import fake_config
 
 CONFIG = GatewayConfig.model_validate(fake_config())
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[KeyStore]:
     if request.param == "memory":
         yield MemoryKeyStore()
+        return
+    if request.param == "cluster":
+        async with redis_store(request.getfixturevalue("redis_cluster").url, cluster=True) as owner:
+            on_cluster = RedisKeyStore(owner)
+            yield on_cluster
+            await on_cluster.aclose()
         return
     prefix = f"tgtest-kd-{uuid.uuid4().hex[:12]}"
     redis = RedisStore(REDIS7_URL)

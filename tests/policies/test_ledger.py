@@ -8,29 +8,22 @@ from datetime import date
 
 import pytest
 
-from policies import ledger as ledger_module
-from policies.ledger import Ledger, MemoryLedger, RedisLedger, SpendEvent, day_of
-from policies.store import RedisStore
+from policies.ledger import Ledger, MemoryLedger, SpendEvent, day_of
+from policies.ledger_redis import RedisLedger
+from tests.redis_servers import REDIS7_URL, redis_store
 
 DAY1 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
 
-@pytest.fixture(params=["memory", "redis"])
-async def ledger(
-    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[Ledger]:
+@pytest.fixture(params=["memory", "redis", "cluster"])
+async def ledger(request: pytest.FixtureRequest) -> AsyncIterator[Ledger]:
     if request.param == "memory":
         yield MemoryLedger()
         return
-    prefix = f"tg:{{ledger-test-{uuid.uuid4().hex}}}"
-    monkeypatch.setattr(ledger_module, "PREFIX", prefix)
-    monkeypatch.setattr(ledger_module, "EVENTS_KEY", f"{prefix}:events")
-    store = RedisStore("redis://127.0.0.1:6379/0")
-    yield RedisLedger(store)
-    keys = [k async for k in store.redis.scan_iter(match=f"{prefix}*")]
-    if keys:
-        await store.redis.delete(*keys)
-    await store.aclose()
+    cluster = request.param == "cluster"
+    url = request.getfixturevalue("redis_cluster").url if cluster else REDIS7_URL
+    async with redis_store(url, cluster=cluster) as store:
+        yield RedisLedger(store)
 
 
 def event(ts: float, tenant: str, tier: str, cost: float, **extra: object) -> SpendEvent:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 
 import pytest
@@ -11,23 +10,20 @@ import pytest
 from policies.ratelimit import MemoryRateLimiter, RateLimiter, RateScope, format_duration
 from policies.ratelimit_redis import RedisRateLimiter
 from policies.schema import RateLimitSpec
-from policies.store import RedisStore
+from tests.redis_servers import REDIS7_URL, redis_store
 
 WINDOW_S = 1.0
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 async def limiter(request: pytest.FixtureRequest) -> AsyncIterator[RateLimiter]:
     if request.param == "memory":
         yield MemoryRateLimiter(window_s=WINDOW_S)
         return
-    prefix = f"tgtest-{uuid.uuid4().hex[:12]}"
-    store = RedisStore("redis://127.0.0.1:6379/0")
-    yield RedisRateLimiter(store, prefix=prefix, window_s=WINDOW_S)
-    keys = [k async for k in store.redis.scan_iter(match=f"{prefix}:*")]
-    if keys:
-        await store.redis.delete(*keys)
-    await store.aclose()
+    cluster = request.param == "cluster"
+    url = request.getfixturevalue("redis_cluster").url if cluster else REDIS7_URL
+    async with redis_store(url, cluster=cluster) as store:
+        yield RedisRateLimiter(store, window_s=WINDOW_S)
 
 
 def tenant(rpm: int | None = None, tpm: int | None = None) -> RateScope:

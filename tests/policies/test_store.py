@@ -1,23 +1,34 @@
-"""One contract for every ``Store``: the in-process one and real Redis on 127.0.0.1:6379."""
+"""One contract for every ``Store``: in-process, real Redis on 127.0.0.1:6379, and a real
+3-master Redis Cluster."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 
 import pytest
 
-from policies.store import MemoryStore, RedisStore, Store, StoreUnavailable, open_store
+from policies.schema import GatewayConfig
+from policies.store import MemoryStore, Store, StoreUnavailable
+from policies.store_redis import RedisStore
+from policies.stores import open_store
+from tests.redis_servers import REDIS7_URL, RedisClusterProcess, RedisProcess, redis_store
+from tests.support import fake_config
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
+REDIS_URL = REDIS7_URL
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
-    built: Store = MemoryStore() if request.param == "memory" else RedisStore(REDIS_URL)
-    yield built
-    await built.aclose()
+    if request.param == "memory":
+        yield MemoryStore()
+        return
+    cluster = request.param == "cluster"
+    url = request.getfixturevalue("redis_cluster").url if cluster else REDIS_URL
+    async with redis_store(url, cluster=cluster) as built:
+        yield built
 
 
 @pytest.fixture
@@ -70,6 +81,65 @@ async def test_unreachable_redis_raises_store_unavailable() -> None:
     await dead.aclose()
 
 
-def test_open_store_picks_by_url() -> None:
-    assert open_store(None).kind == "memory"
-    assert open_store(REDIS_URL).kind == "redis"
+async def test_many_keys_delete_across_slots(store: Store, ns: str) -> None:
+    names = [f"{ns}{i}" for i in range(20)]  # spread over every node of a cluster
+    for name in names:
+        await store.set(name, b"v")
+    assert await store.delete(*names) == 20
+
+
+async def test_server_time_is_one_clock(store: Store) -> None:
+    assert abs(await store.server_time() - time.time()) < 5
+
+
+async def test_publish_reaches_every_subscriber(store: Store) -> None:
+    channel = store.keys("reload") + ":" + uuid.uuid4().hex
+
+    async def first(messages: AsyncIterator[bytes]) -> bytes:
+        async for message in messages:
+            return message
+        raise AssertionError("subscription ended")
+
+    async with store.subscribe(channel) as a, store.subscribe(channel) as b:
+        await asyncio.sleep(0.05)
+        assert await store.publish(channel, b"v42") >= 1
+        got = await asyncio.wait_for(asyncio.gather(first(a), first(b)), 5)
+    assert got == [b"v42", b"v42"]
+
+
+def test_keys_carry_one_hash_tag_per_sub_store() -> None:
+    store = MemoryStore(root="tg")
+    assert store.keys("rate") == "tg:{rate}"
+    assert store.keys("budget", tag="ledger") == "tg:{ledger}:budget"
+
+
+def test_open_store_picks_by_config(redis_cluster: RedisClusterProcess) -> None:
+    base = fake_config()
+    assert open_store(GatewayConfig.model_validate(base)).kind == "memory"
+    single = open_store(GatewayConfig.model_validate({**base, "redis_url": REDIS_URL}))
+    assert isinstance(single, RedisStore) and not single.cluster
+    clustered = open_store(
+        GatewayConfig.model_validate(
+            {**base, "redis_url": redis_cluster.url, "redis_cluster": True, "redis_prefix": "x"}
+        )
+    )
+    assert isinstance(clustered, RedisStore) and clustered.cluster and clustered.root == "x"
+
+
+async def test_a_script_is_loaded_once_then_run_by_its_digest() -> None:
+    """Redis 8 keeps no script sent with EVAL: each call would compile it again."""
+    server = RedisProcess()
+    server.start()
+    try:
+        async with redis_store(server.url) as store:
+            script = store.script("return tonumber(ARGV[1]) + 1")
+            assert [await script("probe", [store.keys("p")], [i]) for i in range(5)] == [
+                1, 2, 3, 4, 5,
+            ]  # fmt: skip
+            stats = await store.client.info("commandstats")
+    finally:
+        server.stop()
+    assert stats["cmdstat_script|load"]["calls"] == 1
+    assert stats["cmdstat_evalsha"]["calls"] == 6  # the first one answered NOSCRIPT
+    assert stats["cmdstat_evalsha"]["failed_calls"] == 1
+    assert "cmdstat_eval" not in stats

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from policies.schema import ClassifierConfig
-from routers.embedding import EmbeddingOnce, SentenceTransformerEmbedder, build_embedder
+from routers.embedders import build_embedder
+from routers.embedding import EmbeddingOnce, SentenceTransformerEmbedder
 from routers.onnx_embedder import OnnxEmbedder, ensure_onnx
 
 TEXTS = [
