@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,11 +39,11 @@ from policies.budget import (
 )
 from policies.budget_memory import MemoryBudgetStore
 from policies.budget_redis import RedisBudgetStore
-from policies.ledger import Ledger, MemoryLedger, RedisLedger, SpendEvent, ledger_prefix
+from policies.ledger import Ledger, MemoryLedger, SpendEvent
+from policies.ledger_redis import RedisLedger
 from policies.schema import BudgetSpec
-from policies.store import RedisStore
+from tests.redis_servers import REDIS7_URL, redis_store
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
 UNIT = 1e-6  # amounts are whole micro-dollars, so USD floats round-trip exactly
 DEAD_TTL_S = 0.15  # a dead replica's holds lapse after this (real time: Redis TIME)
 LIVE_TTL_S = 600.0
@@ -315,50 +314,46 @@ def too_slow(model: Model) -> bool:
 
 async def run(kind: str, limits_: dict[str, BudgetSpec | None], steps: list[Op]) -> bool:
     """Play the steps against a fresh store; False when the example had to be discarded."""
-    redis_store: RedisStore | None = None
-    prefix = f"tgprop-{uuid.uuid4().hex[:12]}"
     if kind == "memory":
         memory_ledger = MemoryLedger()
         memory = MemoryBudgetStore(memory_ledger, ttl_s=LIVE_TTL_S)
-        stores = Stores(memory, _ShortLived(memory, DEAD_TTL_S), memory_ledger)
-    else:
-        redis_store = RedisStore(REDIS_URL)
-        redis_ledger = RedisLedger(redis_store, prefix=ledger_prefix(prefix))
+        return await play(
+            Stores(memory, _ShortLived(memory, DEAD_TTL_S), memory_ledger), limits_, steps
+        )
+    async with redis_store(REDIS7_URL) as owner:
+        redis_ledger = RedisLedger(owner)
         stores = Stores(
             RedisBudgetStore(redis_ledger, ttl_s=LIVE_TTL_S),
             RedisBudgetStore(redis_ledger, ttl_s=DEAD_TTL_S),
             redis_ledger,
         )
+        return await play(stores, limits_, steps)
+
+
+async def play(stores: Stores, limits_: dict[str, BudgetSpec | None], steps: list[Op]) -> bool:
     model = Model(dict(limits_))
-    try:
-        for op in steps:
-            await apply(op, stores, model)
-            if too_slow(model):
-                return False
-            await check(stores, model)
-        for held in list(model.live):  # every live request ends
-            model.live.remove(held)
-            assert await stores.live.settle(held.reservation, 0.0, event(held, 0))
-            model.add(model.held, held.who, -held.amount)
-        await lapse(stores, model)
+    for op in steps:
+        await apply(op, stores, model)
+        if too_slow(model):
+            return False
         await check(stores, model)
-        assert await stores.live.active_holds() == 0
-        assert all(s.held_usd == 0 for s in await stores.live.status(model.all_scopes()))
-        today = datetime.now(UTC).date()
-        tenants = sorted({t for t, _ in REQUESTERS})
-        days = await stores.ledger.daily(tenants, today, today)
-        ledger_cost = {a.tenant: a.get("cost_usd") for a in days}
-        for tenant in tenants:
-            expected = model.tenant_cost.get(tenant, 0) * UNIT
-            assert ledger_cost.get(tenant, 0.0) == pytest.approx(expected, abs=1e-9)
-        assert sum(model.tenant_cost.values()) == model.spent.get(GLOBAL_SCOPE, 0)
-        return True
-    finally:
-        if redis_store is not None:
-            keys = [k async for k in redis_store.redis.scan_iter(match=f"{prefix}:*")]
-            if keys:
-                await redis_store.redis.delete(*keys)
-            await redis_store.aclose()
+    for held in list(model.live):  # every live request ends
+        model.live.remove(held)
+        assert await stores.live.settle(held.reservation, 0.0, event(held, 0))
+        model.add(model.held, held.who, -held.amount)
+    await lapse(stores, model)
+    await check(stores, model)
+    assert await stores.live.active_holds() == 0
+    assert all(s.held_usd == 0 for s in await stores.live.status(model.all_scopes()))
+    today = datetime.now(UTC).date()
+    tenants = sorted({t for t, _ in REQUESTERS})
+    days = await stores.ledger.daily(tenants, today, today)
+    ledger_cost = {a.tenant: a.get("cost_usd") for a in days}
+    for tenant in tenants:
+        expected = model.tenant_cost.get(tenant, 0) * UNIT
+        assert ledger_cost.get(tenant, 0.0) == pytest.approx(expected, abs=1e-9)
+    assert sum(model.tenant_cost.values()) == model.spent.get(GLOBAL_SCOPE, 0)
+    return True
 
 
 def budget_settings(examples: int) -> settings:
