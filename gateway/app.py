@@ -79,7 +79,7 @@ async def build_state(
         )
         for tier_name, tier in config.tiers.items()
     }
-    ledger = open_ledger(store)
+    ledger = open_ledger(config, store)
     notes: list[str] = []
     routing = await _load_classifier(config, notes)
     shared = routing.embedder if routing is not None else None

@@ -13,7 +13,7 @@ Keys (``P`` = ``<redis_prefix>:{ledger}:budget``):
   P:held       hash  scope|window -> nano-USD held by live reservations
   P:holds      hash  request id -> "amount<TAB>choice<TAB>field<TAB>field..."
   P:deadlines  zset  request id by expiry (ms): every call purges what has lapsed
-  P:settled    zset  request id by settle time (ms): a second settle is a no-op
+  P:settled    zset  request id by settle time (ms), kept one TTL: a second settle is a no-op
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from policies.ledger import SpendEvent
 from policies.ledger_redis import RECORD_FUNCTION, RedisLedger
 from policies.schema import BudgetSpec
 
-SETTLED_KEEP_MS = 86_400_000
 PURGE_BATCH = 256
 
 # The UTC calendar date of a count of days since 1970-01-01 (H. Hinnant's algorithm).
@@ -162,10 +161,10 @@ purge(KEYS[2], KEYS[3], KEYS[4])
 local n = tonumber(ARGV[3])
 for i = 4, 3 + n do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[2]) end
 redis.call('ZADD', KEYS[5], now, rid)
-redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now - SETTLED_KEEP_MS)
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now - KEEP_MS)
 if ARGV[4 + n] == '1' then record_event(KEYS[6], KEYS[7], 5 + n) end
 return 1
-""".replace("SETTLED_KEEP_MS", str(SETTLED_KEEP_MS))
+"""
 )
 
 # KEYS: holds deadlines   ARGV: rid ttl_ms
@@ -201,7 +200,8 @@ class RedisBudgetStore:
         self.deadlines_key = f"{base}:deadlines"
         self.settled_key = f"{base}:settled"
         self._reserve = self.store.script(_RESERVE)
-        self._settle = self.store.script(_SETTLE)
+        # Settled ids are kept one TTL (a retried or late settle is a no-op), no longer.
+        self._settle = self.store.script(_SETTLE.replace("KEEP_MS", str(self.ttl_ms)))
         self._purge = self.store.script(_PURGE)
         self._extend = self.store.script(_EXTEND)
 

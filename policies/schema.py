@@ -276,6 +276,16 @@ class BudgetsConfig(Frozen):
     max_output_tokens: dict[str, int] = Field(default_factory=dict)
 
 
+class LedgerConfig(Frozen):
+    """How much of the spend ledger is kept; totals live in per-day aggregates either way."""
+
+    # Redis: the event stream keeps about this many newest events (approximate trim).
+    stream_max_events: int = Field(1_000_000, ge=1000)
+    # One process: only the newest events (the dashboard shows a few hundred of them).
+    memory_events: int = Field(10_000, ge=100)
+    retention_days: int = Field(400, ge=1, le=3660)  # per-day aggregates
+
+
 class GatewayConfig(Frozen):
     server: ServerConfig = ServerConfig()
     redis_url: str | None = None
@@ -289,6 +299,7 @@ class GatewayConfig(Frozen):
     redis_timeout_s: float = Field(0.5, gt=0)
     redis_max_connections: int = Field(64, ge=1)
     budgets: BudgetsConfig = BudgetsConfig()
+    ledger: LedgerConfig = LedgerConfig()
     engines: dict[str, EngineSpec] = Field(min_length=1)
     tiers: dict[str, TierSpec] = Field(min_length=1)
     prices: dict[str, Price] = Field(default_factory=dict)
