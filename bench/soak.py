@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import json
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -39,6 +40,7 @@ from bench.targets import Process
 
 ARTIFACTS = targets.REPO / "artifacts" / "soak"
 STREAM_EVENTS = 20_000
+RESERVATION_TTL_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +110,9 @@ def gateway_config(upstream: str, redis_url: str | None) -> dict[str, Any]:
         # Small enough that the stream reaches its cap during warm-up: what is left to
         # see after it is growth that has no bound.
         "ledger": {"stream_max_events": STREAM_EVENTS},
+        # Settled ids are kept one TTL (rate x TTL of them): a short TTL lets the soak
+        # reach that plateau inside its warm-up.
+        "budgets": {"reservation_ttl_s": RESERVATION_TTL_S},
         "tenants": {
             "bench": {
                 "keys": [
@@ -257,7 +262,12 @@ def run_mode(mode: str, upstream: Process, args: argparse.Namespace) -> dict[str
             redis.stop()
 
 
+def _stop_on_term(signum: int, frame: object) -> None:
+    raise SystemExit(f"stopped by signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _stop_on_term)  # the finally blocks stop the children
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=200_000)
     parser.add_argument("--mode", choices=["memory", "redis", "both"], default="both")

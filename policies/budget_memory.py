@@ -103,21 +103,45 @@ class MemoryBudgetStore:
         self._prune_windows(clock)
         for field in reservation.fields:
             self._spent[field] = self._spent.get(field, 0) + amount
-        self._settled[reservation.request_id] = clock
-        # A settled id is kept for one reservation TTL: long enough for a retried settle
-        # (or a late one from a replica that lost its hold) to be a no-op, and no longer,
-        # so memory is bounded by the request rate times the TTL. Oldest first
-        # (insertion order): drop from the front, O(1) amortised per settle.
+        self._remember(reservation.request_id, clock)
+        if event is not None:
+            # MemoryLedger.record never awaits, so this stays one uninterrupted step.
+            await self.ledger.record(event)
+        return True
+
+    async def charge(
+        self,
+        request_id: str,
+        scopes: Sequence[Scope],
+        cost_usd: float,
+        event: SpendEvent | None = None,
+    ) -> bool:
+        clock = time.time()
+        if request_id in self._settled:
+            return False
+        self._prune_windows(clock)
+        amount = to_nano(cost_usd)
+        for scope in scopes:
+            limit, _ = self._limit(scope)
+            field = window_field(scope.name, "total" if limit is None else limit.window, clock)
+            self._spent[field] = self._spent.get(field, 0) + amount
+        self._remember(request_id, clock)
+        if event is not None:
+            await self.ledger.record(event)
+        return True
+
+    def _remember(self, request_id: str, clock: float) -> None:
+        """A settled id is kept for one reservation TTL: long enough for a retried settle
+        (or a late one from a replica that lost its hold) to be a no-op, and no longer, so
+        memory is bounded by the request rate times the TTL. Oldest first (insertion
+        order): drop from the front, O(1) amortised per settle."""
+        self._settled[request_id] = clock
         cutoff = clock - self.ttl_s
         while self._settled:
             oldest = next(iter(self._settled))
             if self._settled[oldest] >= cutoff:
                 break
             del self._settled[oldest]
-        if event is not None:
-            # MemoryLedger.record never awaits, so this stays one uninterrupted step.
-            await self.ledger.record(event)
-        return True
 
     def _prune_windows(self, clock: float) -> None:
         """On a new day, forget the counters of windows before the previous one: nothing

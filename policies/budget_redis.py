@@ -167,6 +167,31 @@ return 1
 """
 )
 
+# KEYS: limits spent settled events agg
+# ARGV: rid cost_nano nscopes (name window)... has_event [ledger args...]
+_CHARGE = (
+    _COMMON
+    + RECORD_FUNCTION
+    + """
+local rid = ARGV[1]
+if redis.call('ZSCORE', KEYS[3], rid) then return 0 end
+local i = 4
+for s = 1, tonumber(ARGV[3]) do
+  local name, window = ARGV[i], ARGV[i + 1]
+  i = i + 2
+  local override = redis.call('HGET', KEYS[1], name)
+  if override then window = string.sub(override, string.find(override, ' ', 1, true) + 1) end
+  local wid = 'total'
+  if window == 'daily' then wid = day_id elseif window == 'monthly' then wid = month_id end
+  redis.call('HINCRBY', KEYS[2], name .. '|' .. wid, ARGV[2])
+end
+redis.call('ZADD', KEYS[3], now, rid)
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - KEEP_MS)
+if ARGV[i] == '1' then record_event(KEYS[4], KEYS[5], i + 1) end
+return 1
+"""
+)
+
 # KEYS: holds deadlines   ARGV: rid ttl_ms
 _EXTEND = """
 local t = redis.call('TIME')
@@ -202,6 +227,7 @@ class RedisBudgetStore:
         self._reserve = self.store.script(_RESERVE)
         # Settled ids are kept one TTL (a retried or late settle is a no-op), no longer.
         self._settle = self.store.script(_SETTLE.replace("KEEP_MS", str(self.ttl_ms)))
+        self._charge = self.store.script(_CHARGE.replace("KEEP_MS", str(self.ttl_ms)))
         self._purge = self.store.script(_PURGE)
         self._extend = self.store.script(_EXTEND)
 
@@ -261,6 +287,25 @@ class RedisBudgetStore:
             keys += self.ledger.record_keys(event)
             argv += ["1", *self.ledger.record_argv(event)]
         return bool(await self._settle("budget settle", keys, argv))
+
+    async def charge(
+        self,
+        request_id: str,
+        scopes: Sequence[Scope],
+        cost_usd: float,
+        event: SpendEvent | None = None,
+    ) -> bool:
+        keys = [self.limits_key, self.spent_key, self.settled_key]
+        argv: list[str | int] = [request_id, to_nano(cost_usd), len(scopes)]
+        for scope in scopes:
+            argv += [scope.name, "total" if scope.limit is None else scope.limit.window]
+        if event is None:
+            keys += [self.ledger.events_key, self.ledger.events_key]
+            argv.append("0")
+        else:
+            keys += self.ledger.record_keys(event)
+            argv += ["1", *self.ledger.record_argv(event)]
+        return bool(await self._charge("budget charge", keys, argv))
 
     async def extend(self, reservation: Reservation) -> bool:
         keys = [self.holds_key, self.deadlines_key]
