@@ -47,11 +47,11 @@ async def completions(request: Request) -> Response:
 
 def _whole(run: Execution, text: str, final: Chunk) -> dict[str, Any]:
     routed = run.routed
-    return wire.completion_body(routed.request_id, run.outcome.model, routed.created, text, final)
+    return wire.completion_body(routed.request_id, run.model, routed.created, text, final)
 
 
 async def _streamed(run: Execution) -> AsyncIterator[dict[str, Any]]:
-    rid, created, model = run.routed.request_id, run.routed.created, run.outcome.model
+    rid, created, model = run.routed.request_id, run.routed.created, run.model
     async for chunk in run.chunks():
         if chunk.text:
             yield wire.chunk_body(rid, model, created, chunk.text)
