@@ -278,6 +278,10 @@ class BudgetsConfig(Frozen):
     # The completion cap used (and enforced) when a request sets no max_tokens and neither
     # max_output_tokens[model] nor the engine's default_max_tokens option gives one.
     default_max_output_tokens: int = Field(4096, ge=1)
+    # Where settles the Redis store refuses are journaled until it takes them (one file
+    # per process; unset: $TIERGATE_STATE_DIR/journal, else ~/.local/state/tiergate/journal).
+    journal_dir: str | None = None
+    journal_replay_s: float = Field(1.0, gt=0)
     max_output_tokens: dict[str, int] = Field(default_factory=dict)
 
 

@@ -178,8 +178,9 @@ class SettleJournal:
             await self._apply(entry)
             return
         except StoreUnavailable as exc:
-            log.warning(
-                "journal: %s of %s (%.8f USD) deferred: %s",
+            # An error until it is settled: the counters lag this spend meanwhile.
+            log.error(
+                "journal: %s of %s (%.8f USD) deferred, the store refused it: %s",
                 entry.to_json()["op"], entry.request_id, entry.cost_usd, exc,
             )  # fmt: skip
         self._pending[entry.request_id] = entry
