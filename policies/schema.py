@@ -166,6 +166,11 @@ class ClassifierConfig(Frozen):
     max_batch: int = Field(32, ge=1, le=1024)
     max_wait_ms: float = Field(2.0, ge=0, le=1000)
     threads: int | None = Field(None, ge=1, le=256)
+    # Embedder processes (0: a thread in the gateway process, sharing the event loop's core
+    # and its GIL); a dead or stuck one is restarted and its requests use the default tier.
+    workers: int = Field(1, ge=0, le=16)
+    worker_timeout_s: float = Field(10.0, gt=0, le=600)  # one batch, then the worker is stuck
+    embedding_cache: int = Field(4096, ge=0, le=1_000_000)  # vectors of repeated prompts (LRU)
 
 
 class RoutingConfig(Frozen):
