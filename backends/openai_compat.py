@@ -7,11 +7,18 @@ httpx because it costs about a quarter of the CPU per streamed request here
 (``backends/sse_parse.py``), usage is passed through as the server reported it, and
 errors are mapped once, here, to ``backends.errors``. Cancelling the iterator closes
 the upstream connection, which is how OpenAI-compatible servers learn to abort.
+
+An engine for a tiergate engine node (``probe_load=True``, set by discovery) also reads
+the node's engine load from ``<api_base>/load`` (``probe()``) and reports it as its own;
+a failed read, or a connection that breaks, marks it unhealthy until a read succeeds, so
+the pool stops picking it and retries its unstarted requests on another node.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -36,6 +43,8 @@ from backends.errors import (
     UpstreamTimeout,
 )
 from backends.sse_parse import EventSplitter, ToolCallMerger, usage_of
+
+log = logging.getLogger(__name__)
 
 
 def map_status(status: int, message: str) -> EngineError:
@@ -73,6 +82,20 @@ def _error_message(status: int, raw: bytes) -> str:
     return f"upstream answered {status}: {message}"
 
 
+def _load_of(raw: bytes) -> EngineLoad | None:
+    """A node's ``/v1/load`` answer → its load; None when it is not one."""
+    try:
+        body = orjson.loads(raw)
+        return EngineLoad(
+            running=int(body["running"]),
+            waiting=int(body["waiting"]),
+            kv_usage=float(body["kv_usage"]),
+            healthy=bool(body["healthy"]),
+        )
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None
+
+
 class OpenAICompatEngine:
     def __init__(
         self,
@@ -87,6 +110,8 @@ class OpenAICompatEngine:
         connect_timeout_s: float = 10.0,
         max_connections: int = 512,
         extra_body: dict[str, Any] | None = None,
+        probe_load: bool = False,
+        probe_timeout_s: float = 1.0,
     ) -> None:
         self.name = name
         self.model = model
@@ -104,6 +129,10 @@ class OpenAICompatEngine:
         self.max_connections = max_connections
         self.extra_body = extra_body or {}
         self._session: aiohttp.ClientSession | None = None
+        self.probe_load = probe_load
+        self._load_url = URL(self.api_base + "/load")
+        self._probe_timeout = aiohttp.ClientTimeout(total=probe_timeout_s)
+        self._remote: EngineLoad | None = None  # the node's last reading; None: unreachable
         self._headers = {"content-type": "application/json", "accept": "text/event-stream"}
         if self.api_key:
             self._headers["authorization"] = f"Bearer {self.api_key}"
@@ -125,7 +154,49 @@ class OpenAICompatEngine:
             await session.close()
 
     def load(self) -> EngineLoad:
-        return EngineLoad(running=self.counters.active, healthy=self._session is not None)
+        if not self.probe_load:
+            return EngineLoad(running=self.counters.active, healthy=self._session is not None)
+        remote = self._remote
+        if remote is None or self._session is None:
+            return EngineLoad(running=self.counters.active, healthy=False)
+        return EngineLoad(
+            running=max(remote.running, self.counters.active),
+            waiting=remote.waiting,
+            kv_usage=remote.kv_usage,
+            healthy=remote.healthy,
+        )
+
+    async def probe(self) -> EngineLoad | None:
+        """Read the node's engine load (GET <api_base>/load); None when it did not answer."""
+        session = self._session
+        if session is None:
+            return None
+        try:
+            async with session.get(self._load_url, timeout=self._probe_timeout) as response:
+                raw = await response.read()
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            self._set_remote(None, f"load read failed: {exc!r}")
+            return None
+        self._set_remote(_load_of(raw) if status == 200 else None, f"load answered {status}")
+        return self._remote
+
+    def _set_remote(self, load: EngineLoad | None, why: str) -> None:
+        was = self._remote is not None and self._remote.healthy
+        self._remote = load
+        now = load is not None and load.healthy
+        if was != now:
+            # Wall-clock time in the message: bench/multinode.py times failover from it.
+            state = "back in rotation" if now else f"out of rotation ({why})"
+            log.warning("%s %s at unix %.3f", self.name, state, time.time())
+
+    def _broken(self, exc: BaseException) -> EngineError:
+        """Map a transport failure; on a node, a broken connection takes it out of rotation."""
+        if self.probe_load and isinstance(
+            exc, aiohttp.ClientConnectionError | aiohttp.ClientPayloadError
+        ):
+            self._set_remote(None, f"connection broke: {exc!r}")
+        return map_exception(exc)
 
     def _payload(self, request: GenerationRequest, stream: bool) -> tuple[URL, bytes]:
         body: dict[str, Any] = {"model": self.upstream_model, **self.extra_body}
@@ -167,12 +238,12 @@ class OpenAICompatEngine:
         try:
             response = await session.post(url, data=body)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise map_exception(exc) from exc
+            raise self._broken(exc) from exc
         if response.status != 200:
             try:
                 raw = await response.read()
             except (aiohttp.ClientError, TimeoutError) as exc:
-                raise map_exception(exc) from exc
+                raise self._broken(exc) from exc
             finally:
                 response.release()
             raise map_status(response.status, _error_message(response.status, raw))
@@ -184,7 +255,7 @@ class OpenAICompatEngine:
         try:
             raw = await response.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise map_exception(exc) from exc
+            raise self._broken(exc) from exc
         finally:
             # Unread (cancelled, failed): aiohttp closes the connection, and the server aborts.
             response.release()
@@ -244,7 +315,7 @@ class OpenAICompatEngine:
                                 chars += len(text)
                                 yield Chunk(text=text)
             except (aiohttp.ClientError, TimeoutError) as exc:
-                raise map_exception(exc) from exc
+                raise self._broken(exc) from exc
             if not done:
                 raise UpstreamFailed("the upstream stream ended without [DONE]")
             if usage is None:

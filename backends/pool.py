@@ -7,7 +7,8 @@ Choosing a replica (after llm-d's scorers): among healthy replicas with room, ea
   kv     = 1 - KV-cache usage,
   prefix = the share of the prompt's blocks this replica is known to hold.
 Ties go to the fewest in flight, then round-robin. When every replica is full, a request
-waits in a bounded queue; a full queue or a timed-out wait is ``EngineOverloaded``
+waits in a bounded first-come-first-served queue (an arrival never takes a freed slot
+from a request already waiting); a full queue or a timed-out wait is ``EngineOverloaded``
 (OpenAI 503 with Retry-After). Overload or death before the first chunk moves the
 request to another replica; a dead replica is rebuilt in the background.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
@@ -51,6 +53,13 @@ class StreamInfo:
     matched_blocks: int = 0
 
 
+@dataclass(eq=False, slots=True)
+class _Waiter:
+    """One queued request; ``wake`` is replaced each time it goes back to sleep."""
+
+    wake: asyncio.Future[None]
+
+
 @dataclass(slots=True)
 class PoolCounters:
     picks: int = 0
@@ -74,9 +83,20 @@ class EnginePool:
         self.settings = settings or PoolSettings()
         self.counters = PoolCounters()
         self.index = PrefixIndex(self.settings.prefix_index_blocks)
-        self.waiting = 0
-        self._freed = asyncio.Event()
+        self.waiting = 0  # requests in the queue (len of _queue; gauges read it)
+        self._queue: deque[_Waiter] = deque()
         self._turn = itertools.count()
+
+    def add(self, replica: Replica) -> None:
+        """A node found at run time joins; picks see it from the next request on."""
+        if replica not in self.replicas:
+            self.replicas = (*self.replicas, replica)
+            self._wake()
+
+    def remove(self, replica: Replica) -> None:
+        """A node gone from discovery leaves; its streams in flight end on their own."""
+        self.replicas = tuple(r for r in self.replicas if r is not replica)
+        self.index.forget(replica.key)
 
     def models(self) -> set[str]:
         return {r.engine.model for r in self.replicas}
@@ -121,48 +141,67 @@ class EnginePool:
     async def _acquire(
         self, model: str | None, exclude: set[Replica], keys: Sequence[bytes], info: StreamInfo
     ) -> Replica:
-        """Pick a healthy replica with room; wait (bounded) while all are full."""
+        """Pick a healthy replica with room; wait (bounded, first come first served) while
+        all are full. A request that arrives while others wait queues behind them, even if
+        a slot has just been freed: that slot is theirs."""
         s = self.settings
-        deadline: float | None = None
-        while True:
-            candidates = self._candidates(model, exclude)
-            if not candidates:
-                raise EngineUnavailable(f"tier {self.tier!r} has no healthy replica")
-            free = [r for r in candidates if r.has_room()]
-            if free:
-                chosen, matched = self._pick(free, keys)
-                chosen.inflight += 1
-                self.counters.picks += 1
-                if keys:
-                    self.counters.prefix_requests += 1
-                    self.counters.prefix_hits += matched > 0
-                    self.index.record(keys, chosen.key)
-                info.matched_blocks = matched
-                return chosen
-            if self.waiting >= s.max_waiting:
-                self.counters.rejected += 1
-                raise EngineOverloaded(
-                    f"tier {self.tier!r} is full ({self.waiting} waiting)", s.retry_after_s
-                )
-            loop = asyncio.get_running_loop()
-            if deadline is None:
-                deadline = loop.time() + s.wait_timeout_s
-                self.counters.queued += 1
-            self.waiting += 1
-            self._freed.clear()
-            try:
-                await asyncio.wait_for(self._freed.wait(), max(0.0, deadline - loop.time()))
-            except TimeoutError:
-                self.counters.rejected += 1
-                raise EngineOverloaded(
-                    f"tier {self.tier!r} queue wait timed out", s.retry_after_s
-                ) from None
-            finally:
-                self.waiting -= 1
+        loop = asyncio.get_running_loop()
+        waiter: _Waiter | None = None
+        deadline = 0.0
+        try:
+            while True:
+                candidates = self._candidates(model, exclude)
+                if not candidates:
+                    raise EngineUnavailable(f"tier {self.tier!r} has no healthy replica")
+                free = [r for r in candidates if r.has_room()]
+                if free and (waiter is not None or not self._queue):
+                    chosen, matched = self._pick(free, keys)
+                    chosen.inflight += 1
+                    self.counters.picks += 1
+                    if keys:
+                        self.counters.prefix_requests += 1
+                        self.counters.prefix_hits += matched > 0
+                        self.index.record(keys, chosen.key)
+                    info.matched_blocks = matched
+                    return chosen
+                if waiter is None:
+                    if len(self._queue) >= s.max_waiting:
+                        self.counters.rejected += 1
+                        raise EngineOverloaded(
+                            f"tier {self.tier!r} is full ({self.waiting} waiting)",
+                            s.retry_after_s,
+                        )
+                    waiter = _Waiter(loop.create_future())
+                    self._queue.append(waiter)
+                    self.waiting = len(self._queue)
+                    self.counters.queued += 1
+                    deadline = loop.time() + s.wait_timeout_s
+                elif waiter.wake.done():
+                    waiter.wake = loop.create_future()
+                try:
+                    await asyncio.wait_for(waiter.wake, max(0.0, deadline - loop.time()))
+                except TimeoutError:
+                    self.counters.rejected += 1
+                    raise EngineOverloaded(
+                        f"tier {self.tier!r} queue wait timed out", s.retry_after_s
+                    ) from None
+        finally:
+            if waiter is not None:
+                self._queue.remove(waiter)
+                self.waiting = len(self._queue)
+                # Room left (several slots freed, or this one gave up): the next may go.
+                if self._queue and any(r.has_room() for r in self.replicas):
+                    self._wake()
+
+    def _wake(self) -> None:
+        """Wake every queued request, oldest first: they run, and pick, in that order."""
+        for waiter in self._queue:
+            if not waiter.wake.done():
+                waiter.wake.set_result(None)
 
     def _release(self, replica: Replica) -> None:
         replica.inflight -= 1
-        self._freed.set()
+        self._wake()
 
     async def stream(
         self, request: GenerationRequest, info: StreamInfo | None = None

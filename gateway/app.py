@@ -23,9 +23,11 @@ from backends.pool import EnginePool, PoolSettings, Replica
 from backends.registry import build_engine
 from gateway.admin import routes as admin
 from gateway.cache.build import close_cache, open_cache
+from gateway.cluster import join_cluster
 from gateway.errors import ApiError
 from gateway.metrics import GatewayMetrics
-from gateway.reload import install_sighup, reload_endpoint, remove_sighup
+from gateway.reload import install_sighup, remove_sighup
+from gateway.reload_bus import reload_and_publish
 from gateway.routes import (
     admin_budgets,
     admin_cache,
@@ -34,6 +36,7 @@ from gateway.routes import (
     completions,
     explain,
     health,
+    load,
     metrics,
     models,
 )
@@ -64,8 +67,8 @@ async def build_state(
     for name, spec in config.engines.items():
         max_inflight = int(spec.options.get("max_inflight", 256))
         options = {k: v for k, v in spec.options.items() if k != "max_inflight"}
-        replicas[name] = []
-        for i in range(spec.replicas):
+        replicas[name] = []  # with ``discover``: filled by gateway.cluster as nodes are found
+        for i in range(spec.replicas if spec.discover is None else 0):
             builder = partial(build_engine, spec.backend, f"{name}-{i}", spec.model, options)
             replicas[name].append(Replica(builder(), max_inflight, builder=builder))
     engines = [r.engine for group in replicas.values() for r in group]
@@ -185,6 +188,7 @@ def create_app(
         state = await build_state(config, tracer_provider)
         state.config_source = config_source
         app.state.tiergate = state
+        app.state.tiergate_cluster = cluster = await join_cluster(state)
         reloads: set[asyncio.Task[None]] = set()
         hup = config_source is not None and install_sighup(state, reloads)
         key_poller = asyncio.create_task(poll_keys(state))
@@ -201,6 +205,7 @@ def create_app(
             await asyncio.gather(key_poller, return_exceptions=True)
             if hup:
                 remove_sighup()
+            await cluster.aclose()
             await close_state(state)
 
     app = FastAPI(title="tiergate", lifespan=lifespan, docs_url=None, redoc_url=None)
@@ -211,6 +216,7 @@ def create_app(
         "/v1/completions", traced("text_completion", completions.completions), methods=["POST"]
     )
     app.add_route("/v1/models", models.list_models, methods=["GET"])
+    app.add_route("/v1/load", load.load, methods=["GET"])
     app.add_route("/admin/api/budgets", admin_budgets.list_budgets, methods=["GET"])
     app.add_route("/admin/api/budgets", admin_budgets.set_budget, methods=["PUT"])
     app.add_route("/admin/api/budgets/spend", admin_budgets.spend_by_day, methods=["GET"])
@@ -218,7 +224,7 @@ def create_app(
     app.add_route("/admin/api/cache/{tenant}", admin_cache.tenant_usage, methods=["GET"])
     app.add_route("/admin/api/cache/{tenant}", admin_cache.flush_tenant, methods=["DELETE"])
     app.add_route("/v1/route", explain.explain_route, methods=["POST"])
-    app.add_route("/admin/api/policies/reload", reload_endpoint, methods=["POST"])
+    app.add_route("/admin/api/policies/reload", reload_and_publish, methods=["POST"])
     app.add_route("/healthz", health.healthz, methods=["GET"])
     app.add_route("/readyz", health.readyz, methods=["GET"])
     app.add_route("/metrics", metrics.metrics, methods=["GET"])

@@ -56,7 +56,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         access_log=args.access_log,
         loop="auto",
         http="auto",
-        timeout_graceful_shutdown=10,
+        timeout_graceful_shutdown=config.server.shutdown_grace_s,
     )
     return 0
 

@@ -100,7 +100,7 @@ def cmd_classify(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from routers import datasets
     from routers.embedders import build_embedder
-    from routers.offline import embed_texts
+    from routers.offline import cached_embed, embed_texts, embedding_cache_path
     from routers.training import TrainOptions, fit
 
     spec = _spec(_config(args.config), None)
@@ -116,9 +116,21 @@ def cmd_train(args: argparse.Namespace) -> int:
     embedder = build_embedder(spec)
     started = time.perf_counter()
     texts = [e.text for e in examples]
-    vectors = embed_texts(embedder, texts, lambda n: _progress("embedded", n, len(texts)))
+
+    def progress(done: int) -> None:
+        _progress("embedded", done, len(texts))
+
+    if args.no_cache:
+        vectors = embed_texts(embedder, texts, progress)
+    else:
+        vectors = cached_embed(embedder, texts, embedding_cache_path(embedder.name), progress)
     print(f"\nembedded {len(texts)} texts in {time.perf_counter() - started:.0f}s", file=sys.stderr)
-    options = TrainOptions(seed=args.seed, c=args.c, length_prior=args.length_prior)
+    options = TrainOptions(
+        seed=args.seed,
+        c=args.c,
+        length_prior=args.length_prior,
+        calibration_folds=args.calibration_folds,
+    )
     info = {"data": str(args.data) if args.data else "data/routing (train split)"}
     model = fit(examples, vectors, embedder.name, options, info)
     model.save(args.out)
@@ -131,11 +143,27 @@ def _progress(what: str, done: int, total: int) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    import numpy as np
+
     from routers import datasets
-    from routers.offline import evaluate, evaluation_sets, format_table, score_conversations
+    from routers.evaluation import calibration
+    from routers.offline import (
+        embedding_cache_path,
+        evaluate,
+        evaluate_three_tier,
+        evaluation_sets,
+        format_calibration,
+        format_table,
+        format_three_tier,
+        score_conversations,
+        three_tier_set,
+    )
     from routers.setup import build_routing
 
-    built = build_routing(_spec(_config(args.config), args.model))
+    config = _config(args.config)
+    built = build_routing(_spec(config, args.model))
+    thresholds = (config.routing.thresholds[0], config.routing.thresholds[-1])
+    three: list[datasets.Example] = []
     if args.data is not None:
         try:
             operator = datasets.load_operator(args.data)
@@ -145,17 +173,35 @@ def cmd_eval(args: argparse.Namespace) -> int:
         rows = [e for e in operator if e.weak is not None and e.strong is not None]
         sets = {args.data.name: rows}
     else:
-        sets = evaluation_sets(datasets.shared_splits())
-    scores = {
-        name: [
-            s.score
-            for s in score_conversations(
-                built.classifier, built.embedder, [e.messages for e in examples]
-            )
-        ]
-        for name, examples in sets.items()
-    }
+        splits = datasets.shared_splits()
+        sets = evaluation_sets(splits)
+        three = three_tier_set(splits)
+
+    cache = None if args.no_cache else embedding_cache_path(built.embedder.name)
+
+    def score(examples: list[datasets.Example]) -> list[float]:
+        conversations = [e.messages for e in examples]
+        scored = score_conversations(built.classifier, built.embedder, conversations, cache)
+        return [s.score for s in scored]
+
+    scores = {name: score(list(examples)) for name, examples in sets.items()}
     print(format_table(evaluate(sets, scores, seed=args.seed)))
+    if three:
+        row = evaluate_three_tier(
+            "RouterBench mbpp + winogrande", three, score(three), thresholds, args.seed
+        )
+        print()
+        print(format_three_tier(row, thresholds))
+    every = [e for examples in sets.values() for e in examples]
+    if every:
+        weak = np.array([e.weak for e in every], dtype=np.float64)
+        pooled = np.concatenate([np.asarray(scores[n], dtype=np.float64) for n in sets])
+        print()
+        print(
+            format_calibration(
+                "all held-out rows, P(cheapest tier failed)", calibration(pooled, 1 - weak)
+            )
+        )
     return 0
 
 
@@ -176,7 +222,18 @@ def add_commands(sub: Any) -> None:
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--c", type=float, default=0.05, help="inverse L2 strength")
     train.add_argument("--length-prior", type=float, default=1.0)
+    train.add_argument(
+        "--calibration-folds",
+        type=int,
+        default=5,
+        help="benchmark-held-out folds for stacking and calibration (0: uncalibrated)",
+    )
     train.add_argument("--limit", type=int, default=0, help="first N examples only")
+    train.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="do not keep embeddings in $TIERGATE_CACHE_DIR/embeddings (default ~/.cache/tiergate)",
+    )
     train.add_argument("--config", type=Path, default=None, help="embedder settings from")
     train.set_defaults(func=cmd_train)
 
@@ -186,5 +243,6 @@ def add_commands(sub: Any) -> None:
         "--data", type=Path, default=None, help="labelled file with small_correct/large_correct"
     )
     judge.add_argument("--seed", type=int, default=0)
+    judge.add_argument("--no-cache", action="store_true", help="embed afresh, keep nothing")
     judge.add_argument("--config", type=Path, default=None)
     judge.set_defaults(func=cmd_eval)

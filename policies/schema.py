@@ -19,15 +19,53 @@ class ServerConfig(Frozen):
     max_body_bytes: int = Field(4 * 1024 * 1024, gt=0)
     request_timeout_s: float = Field(600.0, gt=0)
     timing_header: bool = False  # per-stage ``Server-Timing`` on responses (for bench/)
+    # On SIGTERM, streams in flight get this long to finish (an engine node: the longest one).
+    shutdown_grace_s: int = Field(10, ge=1, le=3600)
+
+
+class DiscoverySpec(Frozen):
+    """Where an ``openai`` engine's nodes are found, re-read every ``refresh_s``: the A/AAAA
+    records of a (headless Service) DNS name, a fixed list, or a file of base URLs."""
+
+    dns: str | None = None
+    port: int = Field(8000, ge=1, le=65535)
+    scheme: Literal["http", "https"] = "http"
+    path: str = Field("/v1", pattern=r"^(/[A-Za-z0-9._~-]+)*$")
+    static: tuple[str, ...] | None = None
+    file: str | None = None  # one base URL a line; '#' starts a comment
+    refresh_s: float = Field(5.0, gt=0)
+    # Each node's engine load (GET <base>/load) is read this often; a failed read takes it out.
+    load_interval_s: float = Field(0.5, gt=0)
+    probe_timeout_s: float = Field(1.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DiscoverySpec:
+        if sum(source is not None for source in (self.dns, self.static, self.file)) != 1:
+            raise ValueError("give exactly one of dns, static or file")
+        return self
 
 
 class EngineSpec(Frozen):
-    """One engine definition; ``replicas`` copies of it are built."""
+    """One engine definition; ``replicas`` copies of it are built (or, with ``discover``,
+    one per node found at run time)."""
 
     backend: str
     model: str
     replicas: int = Field(1, ge=1, le=64)
     options: dict[str, Any] = Field(default_factory=dict)
+    discover: DiscoverySpec | None = None
+
+    @model_validator(mode="after")
+    def _discovered(self) -> EngineSpec:
+        if self.discover is None:
+            return self
+        if self.backend != "openai":
+            raise ValueError("discover works with backend 'openai' (engine nodes) only")
+        if self.replicas != 1:
+            raise ValueError("with discover, the nodes found are the replicas: drop 'replicas'")
+        if "api_base" in self.options:
+            raise ValueError("with discover, the nodes found give api_base: drop it")
+        return self
 
 
 class PoolWeights(Frozen):

@@ -30,6 +30,8 @@ from routers.features import prompt_messages
 DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "routing"
 POOL = DATA_DIR / "pool.csv.gz"
 GOLDEN = DATA_DIR / "golden.csv.gz"
+ANCHORS = DATA_DIR / "anchors.csv"
+ANCHOR_WEIGHT = 5.0
 # Whole benchmarks never trained on: traffic unlike the training set.
 HELD_OUT_BENCHMARKS = frozenset({"winogrande", "openbook_qa", "mbpp"})
 GSM8K_HARD_STEPS = 4
@@ -50,6 +52,9 @@ class Example:
     weak: float | None = None  # correctness of the smallest tier's model (for evaluation)
     strong: float | None = None  # correctness of the strongest tier's model
     large: float | None = None  # needs the large tier (three-tier sources only)
+    difficulty: float | None = None  # share of all the pool's models that failed it
+    tiers: tuple[float, float, float] | None = None  # correctness per tier (three-tier rows)
+    costs: tuple[float, float, float] | None = None  # USD per tier (three-tier rows)
 
     @property
     def text(self) -> str:
@@ -66,6 +71,11 @@ def _float(value: str | None) -> float | None:
     return None if value is None or value == "" else float(value)
 
 
+def family(benchmark: str) -> str:
+    """The benchmark a row belongs to across sources (``arc_challenge`` = ``arc-challenge``)."""
+    return benchmark.lower().replace("_", "-")
+
+
 def golden_held_out(item_id: str) -> bool:
     return hashlib.sha256(item_id.encode()).digest()[0] % 2 == 0
 
@@ -79,12 +89,33 @@ def load_pool(path: Path = POOL) -> list[Example]:
             steps = int(row["steps"] or 0)
             label, weight = float(steps >= GSM8K_HARD_STEPS), GSM8K_WEIGHT
             weak = strong = large = None
+            tiers = costs = None
         else:
             weak, strong = _float(row["cheap"]), _float(row["expensive"])
             label, weight = float((weak or 0.0) < 1), 1.0
             large = float(tier_min == 2) if row["medium"] else None
+            tiers = costs = None
+            if row["medium"] and row["cost_expensive"]:
+                tiers = (weak or 0.0, float(row["medium"]), strong or 0.0)
+                costs = (
+                    float(row["cost_cheap"]),
+                    float(row["cost_medium"]),
+                    float(row["cost_expensive"]),
+                )
         examples.append(
-            Example(messages, label, weight, row["benchmark"], row["source"], weak, strong, large)
+            Example(
+                messages,
+                label,
+                weight,
+                row["benchmark"],
+                row["source"],
+                weak,
+                strong,
+                large,
+                _float(row.get("fail_rate")),
+                tiers,
+                costs,
+            )
         )
     return examples
 
@@ -105,6 +136,17 @@ def load_golden(path: Path = GOLDEN) -> list[tuple[Example, bool]]:
         )
         out.append((example, golden_held_out(row["item_id"])))
     return out
+
+
+def load_anchors(path: Path = ANCHORS, weight: float = ANCHOR_WEIGHT) -> list[Example]:
+    """Hand-labelled anchors for what the benchmarks lack: chit-chat and one-line facts
+    (label 0) and open-ended expert work (label 1). Judged, not measured: see the README."""
+    return [
+        Example(
+            tuple(prompt_messages(r["prompt"])), float(r["label"]), weight, "anchors", "anchors"
+        )
+        for r in _rows(path)
+    ]
 
 
 def _operator_example(record: Mapping[str, Any], where: str) -> Example:
@@ -176,6 +218,7 @@ def shared_splits(pool_path: Path = POOL, golden_path: Path = GOLDEN) -> Splits:
     golden = load_golden(golden_path)
     train = [e for e in pool if e.benchmark not in HELD_OUT_BENCHMARKS]
     train += [e for e, held in golden if not held]
+    train += load_anchors()
     return Splits(
         train=train,
         golden_test=[e for e, held in golden if held],

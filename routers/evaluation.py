@@ -74,3 +74,106 @@ def random_report(
         float(np.mean([r.cpt80 for r in reports])),
         tuple(float(p) for p in pgr),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class TierMix:
+    accuracy: float
+    cost_share: float  # cost relative to sending everything to the largest tier
+    shares: tuple[float, ...]  # of requests per tier
+
+
+def tier_mix(tiers: npt.NDArray[np.intp], correct: FloatArray, cost: FloatArray) -> TierMix:
+    """Accuracy and cost when row ``i`` goes to ``tiers[i]`` (columns: tiers, cheapest first)."""
+    rows = np.arange(len(tiers))
+    counts = np.bincount(tiers, minlength=correct.shape[1])
+    return TierMix(
+        float(correct[rows, tiers].mean()),
+        float(cost[rows, tiers].sum() / cost[:, -1].sum()),
+        tuple(float(c) for c in counts / len(tiers)),
+    )
+
+
+def best_three_tier(
+    scores: FloatArray,
+    correct: FloatArray,
+    cost: FloatArray,
+    budget: float = 0.25,
+    seed: int = 0,
+    step: float = 0.01,
+) -> TierMix:
+    """The best accuracy a score reaches within ``budget`` times the always-largest cost.
+
+    The score ranks requests (ties at random, seeded); every split on a ``step`` grid is
+    tried: the lowest share to the small tier, the highest to the large, the rest medium.
+    Thresholds are then whatever score values realise the best split."""
+    order = _order(scores, seed)[::-1]  # lowest score first
+    n = len(order)
+    c, k = correct[order], cost[order]
+    prefix = [np.concatenate([[0.0], np.cumsum(c[:, t])]) for t in range(3)]
+    prefix_cost = [np.concatenate([[0.0], np.cumsum(k[:, t])]) for t in range(3)]
+    limit = budget * float(cost[:, 2].sum())
+    best: tuple[float, int, int] | None = None
+    grid = np.rint(np.arange(0.0, 1.0 + step / 2, step) * n).astype(int)
+    for small in grid:
+        for large_start in grid[grid >= small]:
+            spent = (
+                prefix_cost[0][small]
+                + prefix_cost[1][large_start]
+                - prefix_cost[1][small]
+                + prefix_cost[2][n]
+                - prefix_cost[2][large_start]
+            )
+            if spent > limit + 1e-12:
+                continue
+            right = (
+                prefix[0][small]
+                + prefix[1][large_start]
+                - prefix[1][small]
+                + prefix[2][n]
+                - prefix[2][large_start]
+            )
+            if best is None or right > best[0] + 1e-12:
+                best = (float(right), int(small), int(large_start))
+    if best is None:
+        return TierMix(float("nan"), float("nan"), (float("nan"),) * 3)
+    tiers = np.ones(n, dtype=np.intp)
+    tiers[order[: best[1]]] = 0
+    tiers[order[best[2] :]] = 2
+    return tier_mix(tiers, correct, cost)
+
+
+def random_three_tier(
+    correct: FloatArray, cost: FloatArray, budget: float = 0.25, seed: int = 0, runs: int = 10
+) -> TierMix:
+    rng = np.random.default_rng(seed)
+    mixes = [
+        best_three_tier(rng.random(len(correct)), correct, cost, budget, seed + i)
+        for i in range(runs)
+    ]
+    return TierMix(
+        float(np.mean([m.accuracy for m in mixes])),
+        float(np.mean([m.cost_share for m in mixes])),
+        tuple(float(s) for s in np.mean([m.shares for m in mixes], axis=0)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    ece: float  # expected calibration error, equal-width bins weighted by their size
+    bins: tuple[tuple[float, float, int, float, float], ...]  # lo, hi, n, mean score, observed
+
+
+def calibration(scores: FloatArray, outcomes: FloatArray, bins: int = 10) -> Calibration:
+    """Reliability of ``scores`` as probabilities of ``outcomes`` (0/1 or fractional)."""
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    which = np.clip(np.digitize(scores, edges[1:-1]), 0, bins - 1)
+    rows, ece = [], 0.0
+    for b in range(bins):
+        inside = which == b
+        if not inside.any():
+            continue
+        mean, seen = float(scores[inside].mean()), float(outcomes[inside].mean())
+        ece += inside.mean() * abs(mean - seen)
+        rows.append((float(edges[b]), float(edges[b + 1]), int(inside.sum()), mean, seen))
+    return Calibration(float(ece), tuple(rows))

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,7 +15,17 @@ import numpy.typing as npt
 from routers.classifier import ComplexityClassifier, ComplexityScore
 from routers.datasets import Example, Splits
 from routers.embedding import SyncEmbedder, last_user_text
-from routers.evaluation import RouterReport, random_report, report
+from routers.evaluation import (
+    Calibration,
+    RouterReport,
+    TierMix,
+    best_three_tier,
+    calibration,
+    random_report,
+    random_three_tier,
+    report,
+    tier_mix,
+)
 from routers.features import message_text
 
 Array = npt.NDArray[np.float32]
@@ -30,13 +43,62 @@ def embed_texts(
     return np.concatenate(parts)
 
 
+def _text_key(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8")).digest()[:16]
+
+
+def embedding_cache_path(embedder_name: str, folder: Path | None = None) -> Path:
+    root = folder or Path(
+        os.environ.get("TIERGATE_CACHE_DIR") or Path.home() / ".cache" / "tiergate"
+    )
+    return root / "embeddings" / (embedder_name.replace("/", "_") + ".npz")
+
+
+def cached_embed(
+    embedder: SyncEmbedder,
+    texts: Sequence[str],
+    path: Path,
+    progress: Callable[[int], None] | None = None,
+) -> Array:
+    """``embed_texts`` with a disk cache keyed by the text's hash (one file per embedder).
+
+    Only texts the cache lacks are embedded; the file is rewritten atomically."""
+    keys = [_text_key(t) for t in texts]
+    known: dict[bytes, int] = {}
+    stored = np.zeros((0, embedder.dim), dtype=np.float32)
+    stored_keys = np.zeros((0,), dtype="S16")
+    if path.exists():
+        with np.load(path, allow_pickle=False) as data:
+            stored_keys, stored = data["keys"], data["vectors"]
+        # ``bytes(k)`` of an "S16" item would drop trailing NUL bytes: read raw rows.
+        raw = np.frombuffer(stored_keys.astype("S16").tobytes(), np.uint8).reshape(-1, 16)
+        known = {row.tobytes(): i for i, row in enumerate(raw)}
+    missing = sorted({k: t for k, t in zip(keys, texts, strict=True) if k not in known}.items())
+    if missing:
+        fresh = embed_texts(embedder, [t for _, t in missing], progress)
+        stored = np.concatenate([stored, fresh])
+        stored_keys = np.concatenate([stored_keys, np.array([k for k, _ in missing], "S16")])
+        known.update({k: len(known) + i for i, (k, _) in enumerate(missing)})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        with partial.open("wb") as handle:
+            np.savez(handle, keys=stored_keys, vectors=stored)
+        os.replace(partial, path)
+    return np.asarray(stored[[known[k] for k in keys]], dtype=np.float32)
+
+
 def score_conversations(
     classifier: ComplexityClassifier,
     embedder: SyncEmbedder,
     conversations: Sequence[Sequence[Mapping[str, Any]]],
+    cache: Path | None = None,
 ) -> list[ComplexityScore]:
+    """Scores of many conversations; ``cache``: an ``embedding_cache_path`` to reuse."""
     texts = [last_user_text(c) for c in conversations]
-    return classifier.classify_many(conversations, texts, embed_texts(embedder, texts))
+    vectors = (
+        embed_texts(embedder, texts) if cache is None else cached_embed(embedder, texts, cache)
+    )
+    return classifier.classify_many(conversations, texts, vectors)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +109,7 @@ class BenchmarkRow:
     classifier: RouterReport
     length: RouterReport
     random: RouterReport
+    ece: float  # of the score as P(the cheapest tier's model failed)
 
 
 def evaluation_sets(splits: Splits) -> dict[str, list[Example]]:
@@ -80,6 +143,7 @@ def evaluate(
                 report(np.asarray(scores[name], dtype=np.float64), weak, strong, seed),
                 report(lengths, weak, strong, seed),
                 random_report(weak, strong, seed),
+                calibration(np.asarray(scores[name], dtype=np.float64), 1.0 - weak).ece,
             )
         )
     return rows
@@ -88,7 +152,7 @@ def evaluate(
 def format_table(rows: Sequence[BenchmarkRow]) -> str:
     head = (
         f"{'benchmark':<28} {'n':>5} {'gap':>6} | {'APGR':>6} {'CPT50':>6} {'CPT80':>6} | "
-        f"{'length':>6} {'CPT50':>6} {'CPT80':>6} | {'random':>6}"
+        f"{'length':>6} {'CPT50':>6} {'CPT80':>6} | {'random':>6} | {'ECE':>5}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -96,10 +160,88 @@ def format_table(rows: Sequence[BenchmarkRow]) -> str:
         lines.append(
             f"{r.name:<28} {r.size:>5} {r.gap:>6.3f} | {c.apgr:>6.3f} {c.cpt50:>6.2f} "
             f"{c.cpt80:>6.2f} | {n.apgr:>6.3f} {n.cpt50:>6.2f} {n.cpt80:>6.2f} | "
-            f"{r.random.apgr:>6.3f}"
+            f"{r.random.apgr:>6.3f} | {r.ece:>5.3f}"
         )
     if rows:
         mean = np.mean([r.classifier.apgr for r in rows])
         mean_len = np.mean([r.length.apgr for r in rows])
         lines.append(f"{'mean':<28} {'':>5} {'':>6} | {mean:>6.3f} {'':>13} | {mean_len:>6.3f}")
+    return "\n".join(lines)
+
+
+THREE_TIER_BUDGET = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class ThreeTierRow:
+    name: str
+    size: int
+    classifier: TierMix  # best accuracy within the budget, thresholds swept
+    length: TierMix
+    random: TierMix
+    at_thresholds: TierMix  # the classifier's score with the configured thresholds
+    always: tuple[TierMix, ...]  # everything to one tier, cheapest first
+
+
+def three_tier_set(splits: Splits) -> list[Example]:
+    """Held-out rows scored on three tiers (with per-tier cost): RouterBench's models."""
+    return [e for e in splits.pool_test if e.tiers is not None and e.costs is not None]
+
+
+def evaluate_three_tier(
+    name: str,
+    examples: Sequence[Example],
+    scores: Sequence[float],
+    thresholds: tuple[float, float],
+    seed: int = 0,
+) -> ThreeTierRow:
+    correct = np.array([e.tiers for e in examples], dtype=np.float64)
+    cost = np.array([e.costs for e in examples], dtype=np.float64)
+    s = np.asarray(scores, dtype=np.float64)
+    lengths = np.array([prompt_length(e) for e in examples])
+    tiers = np.where(s < thresholds[0], 0, np.where(s >= thresholds[1], 2, 1)).astype(np.intp)
+    return ThreeTierRow(
+        name,
+        len(examples),
+        best_three_tier(s, correct, cost, THREE_TIER_BUDGET, seed),
+        best_three_tier(lengths, correct, cost, THREE_TIER_BUDGET, seed),
+        random_three_tier(correct, cost, THREE_TIER_BUDGET, seed),
+        tier_mix(tiers, correct, cost),
+        tuple(tier_mix(np.full(len(s), t, np.intp), correct, cost) for t in range(3)),
+    )
+
+
+def _mix(m: TierMix) -> str:
+    shares = "/".join(f"{x:.2f}" for x in m.shares)
+    return (
+        f"accuracy {m.accuracy:.3f} at {m.cost_share:6.1%} of always-large cost (shares {shares})"
+    )
+
+
+def format_three_tier(row: ThreeTierRow, thresholds: tuple[float, float]) -> str:
+    budget = f"best accuracy at <= {THREE_TIER_BUDGET:.0%} of always-large cost"
+    return "\n".join(
+        [
+            f"three tiers: {row.name} (n={row.size}), {budget}",
+            f"  tiergate                   {_mix(row.classifier)}",
+            f"  length                     {_mix(row.length)}",
+            f"  random                     {_mix(row.random)}",
+            f"  tiergate at {thresholds[0]:g} / {thresholds[1]:g}        {_mix(row.at_thresholds)}",
+            *(f"  always {t:<19} {_mix(m)}" for t, m in zip(TIER_NAMES, row.always, strict=True)),
+        ]
+    )
+
+
+TIER_NAMES = ("small", "medium", "large")
+
+
+def format_calibration(title: str, cal: Calibration) -> str:
+    """A text reliability diagram: per score bin, the mean score against the observed rate."""
+    lines = [
+        f"calibration: {title}: ECE {cal.ece:.3f}",
+        "  score bin      n   mean score  observed",
+    ]
+    for lo, hi, n, mean, seen in cal.bins:
+        bar = "#" * round(seen * 40)
+        lines.append(f"  {lo:.1f}-{hi:.1f}  {n:>6}      {mean:.3f}     {seen:.3f}  {bar}")
     return "\n".join(lines)

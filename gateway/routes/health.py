@@ -1,11 +1,19 @@
-"""``/healthz`` (the process answers) and ``/readyz`` (engines loaded, a tier serves, store up)."""
+"""``/healthz`` (the process answers) and ``/readyz`` (engines loaded, a tier serves, store up).
+
+``/readyz`` also names the running config version (a content hash, equal on fronts that
+run the same file), the last version published through Redis, and each discovered
+engine's nodes with their health.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.reload_bus import config_version
 from gateway.state import get_state
 
 
@@ -18,7 +26,20 @@ async def readyz(request: Request) -> Response:
     tiers = {name: pool.healthy() for name, pool in state.pools.items()}
     store_ok = await state.store.ping()
     ready = state.ready and store_ok and all(tiers.values())
-    body = {"ready": ready, "store": state.store.kind, "store_ok": store_ok, "tiers": tiers}
+    body: dict[str, Any] = {
+        "ready": ready,
+        "store": state.store.kind,
+        "store_ok": store_ok,
+        "tiers": tiers,
+        "config_version": config_version(state.config),
+    }
+    cluster = getattr(request.app.state, "tiergate_cluster", None)
+    if cluster is not None:
+        if cluster.bus is not None:
+            body["published_version"] = cluster.bus.published
+        nodes = cluster.discovery.nodes()
+        if nodes:
+            body["nodes"] = nodes
     return Response(
         orjson.dumps(body), status_code=200 if ready else 503, media_type="application/json"
     )

@@ -59,6 +59,83 @@ def test_classify_contract_prompt_and_messages_in_order(tmp_path: Path) -> None:
     assert [json.loads(x) for x in piped.stdout.splitlines()] == out
 
 
+# Requests no benchmark holds: open-ended expert work and chit-chat (issue 15's probe).
+EXPERT = [
+    (
+        "Implement a lock-free multi-producer multi-consumer queue in C++ with std::atomic, and"
+        " justify every memory_order you use (acquire, release, seq_cst), including how you "
+        "avoid the ABA problem."
+    ),
+    (
+        "Prove that every continuous function on a closed bounded interval [a, b] is uniformly "
+        "continuous, using the epsilon-delta definition and the Bolzano-Weierstrass theorem."
+    ),
+    (
+        "Design a globally distributed, strongly consistent key-value store: the replication "
+        "protocol (Raft or Paxos), handling network partitions and leader failover, and the "
+        "latency versus consistency trade-offs across regions."
+    ),
+    (
+        "Write the front end of a compiler for a small C-like language: a lexer, a recursive-"
+        "descent parser that builds an AST, and a type checker with scoped symbol tables, with "
+        "error messages that carry line numbers."
+    ),
+    (
+        "Derive the Black-Scholes partial differential equation from a self-financing hedging "
+        "argument using Ito's lemma, and state every assumption you rely on."
+    ),
+    (
+        "Give an O(n log n) divide-and-conquer algorithm for the closest pair of points in the "
+        "plane, prove it correct, and solve its recurrence."
+    ),
+    (
+        "Compare the key schedules of TLS 1.3 and TLS 1.2: walk through the HKDF stages, the "
+        "replay risks of 0-RTT data, and what forward secrecy each guarantees."
+    ),
+    (
+        "For a Bayesian hierarchical model with partial pooling, derive the full conditional "
+        "distributions of the group means and the hyperparameters for a Gibbs sampler, and "
+        "explain which convergence diagnostics you would check."
+    ),
+    (
+        "Write a CUDA kernel for tiled matrix multiplication with shared memory, explain bank "
+        "conflicts and occupancy, and estimate its arithmetic intensity on an A100."
+    ),
+    (
+        "Prove in Lean 4 that reversing a list twice gives back the original list, and explain "
+        "each tactic you use."
+    ),
+]
+TRIVIAL = [
+    "hi",
+    "What is 2 + 2?",
+    "Say hello in Spanish.",
+    "Thanks!",
+    "What colour is the sky on a clear day?",
+    "Translate 'cat' into French.",
+    "How many days are in a week?",
+    "Spell the word apple.",
+    "Good morning!",
+    "Is ice cold? Answer yes or no.",
+]
+
+
+@pytest.mark.slow
+def test_expert_requests_never_land_on_small_and_outrank_trivial_ones() -> None:
+    stdin = "".join(
+        json.dumps({"id": f"{kind}{i}", "prompt": p}) + "\n"
+        for kind, prompts in (("x", EXPERT), ("t", TRIVIAL))
+        for i, p in enumerate(prompts)
+    )
+    done = tiergate("classify", stdin=stdin)
+    assert done.returncode == 0, done.stderr
+    out = [json.loads(line) for line in done.stdout.splitlines()]
+    expert = [o for o in out if o["id"].startswith("x")]
+    trivial = [o for o in out if o["id"].startswith("t")]
+    assert [o["tier"] for o in expert if o["tier"] == "small"] == []
+    assert min(o["score"] for o in expert) > max(o["score"] for o in trivial)
+
+
 @pytest.mark.slow
 def test_classify_reports_bad_lines_and_keeps_going() -> None:
     stdin = '{"id": 1, "prompt": "ok"}\nnot json\n{"prompt": "no id"}\n{"id": 4, "messages": 3}\n'

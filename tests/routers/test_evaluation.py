@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from routers.evaluation import QUANTILES, pgr_curve, random_report, report
+from routers.evaluation import (
+    QUANTILES,
+    best_three_tier,
+    calibration,
+    pgr_curve,
+    random_report,
+    random_three_tier,
+    report,
+    tier_mix,
+)
 
 
 def labels(n: int = 1000, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -56,3 +65,43 @@ def test_constant_scores_are_broken_at_random_not_in_file_order() -> None:
 def test_no_gap_gives_nan_not_a_fake_number() -> None:
     weak = strong = np.ones(5)
     assert np.isnan(report(np.arange(5.0), weak, strong).apgr)
+
+
+def three_tiers(n: int = 600, seed: int = 2) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Difficulty d decides which tiers answer: small if d < 0.5, medium if d < 0.8."""
+    rng = np.random.default_rng(seed)
+    d = rng.random(n)
+    correct = np.stack([d < 0.5, d < 0.8, np.ones(n, bool)], axis=1).astype(float)
+    cost = np.tile([1.0, 3.0, 50.0], (n, 1))
+    return d, correct, cost
+
+
+def test_three_tier_oracle_beats_random_within_the_budget() -> None:
+    d, correct, cost = three_tiers()
+    oracle = best_three_tier(d, correct, cost, budget=0.25)
+    rand = random_three_tier(correct, cost, budget=0.25, runs=5)
+    assert oracle.cost_share <= 0.25 + 1e-9 and rand.cost_share <= 0.25 + 1e-9
+    # 20 % need large; the budget pays for ~22 % large: the oracle answers nearly all.
+    assert oracle.accuracy > 0.97
+    assert rand.accuracy < oracle.accuracy - 0.1
+    assert abs(sum(oracle.shares) - 1.0) < 1e-9
+
+
+def test_three_tier_mix_counts_cost_and_accuracy() -> None:
+    _, correct, cost = three_tiers(10)
+    large = tier_mix(np.full(10, 2, np.intp), correct, cost)
+    assert (large.accuracy, large.cost_share, large.shares) == (1.0, 1.0, (0.0, 0.0, 1.0))
+    small = tier_mix(np.zeros(10, np.intp), correct, cost)
+    assert small.cost_share == 1 / 50
+    assert small.accuracy == correct[:, 0].mean()
+
+
+def test_calibration_of_a_calibrated_and_an_overconfident_score() -> None:
+    rng = np.random.default_rng(4)
+    p = rng.random(20_000)
+    outcome = (rng.random(20_000) < p).astype(float)
+    assert calibration(p, outcome).ece < 0.02
+    overconfident = np.where(p > 0.5, 0.99, 0.01)
+    bad = calibration(overconfident, outcome)
+    assert bad.ece > 0.2
+    assert [b[2] for b in bad.bins] == [int((p <= 0.5).sum()), int((p > 0.5).sum())]

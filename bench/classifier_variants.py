@@ -1,0 +1,78 @@
+"""Training variants side by side on the held-out sets (docs/classifier.md, "What helped").
+
+    python bench/classifier_variants.py '{"calibration_folds": 0}' '{}' ...
+
+Each argument is a JSON object of ``routers.training.TrainOptions`` fields (``{}``: the
+shipped defaults). For each, the model is fitted on the training split and scored like
+``tiergate eval-classifier``: APGR minus the length router's on every held-out set, the
+three-tier set's best accuracy within 25 % of always-large cost minus length's, and the ECE
+over all held-out rows. ``--no-anchors`` drops the hand-labelled anchors from training.
+Embeddings come from the serving embedder through the on-disk cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from policies.schema import ClassifierConfig
+from routers import datasets
+from routers.classifier import ComplexityModel
+from routers.embedders import build_embedder
+from routers.embedding import SyncEmbedder
+from routers.evaluation import calibration
+from routers.offline import (
+    cached_embed,
+    embedding_cache_path,
+    evaluate,
+    evaluate_three_tier,
+    evaluation_sets,
+    three_tier_set,
+)
+from routers.training import TrainOptions, feature_matrix, fit
+
+
+def _scores(
+    model: ComplexityModel, embedder: SyncEmbedder, rows: list[datasets.Example], cache: Path
+) -> list[float]:
+    vectors = cached_embed(embedder, [e.text for e in rows], cache)
+    return [float(p) for p in model.probabilities(vectors, feature_matrix(rows))[:, 0]]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("variants", nargs="+", help="JSON objects of TrainOptions fields")
+    parser.add_argument("--no-anchors", action="store_true")
+    args = parser.parse_args()
+    embedder = build_embedder(ClassifierConfig())
+    cache = embedding_cache_path(embedder.name)
+    splits = datasets.shared_splits()
+    train = [e for e in splits.train if not (args.no_anchors and e.source == "anchors")]
+    vectors = cached_embed(embedder, [e.text for e in train], cache)
+    sets = {name: list(rows) for name, rows in evaluation_sets(splits).items()}
+    three = three_tier_set(splits)
+    print("variant | " + " | ".join(sets) + " | 3-tier | ECE")
+    for variant in args.variants:
+        model = fit(train, vectors, embedder.name, TrainOptions(**json.loads(variant)))
+        scores = {name: _scores(model, embedder, rows, cache) for name, rows in sets.items()}
+        rows = evaluate(sets, scores)
+        tiers = evaluate_three_tier(
+            "three", three, _scores(model, embedder, three, cache), (0.3, 0.7)
+        )
+        every = np.concatenate([np.asarray(scores[n]) for n in sets])
+        weak = np.array([e.weak for n in sets for e in sets[n]], dtype=np.float64)
+        cells = [f"{r.classifier.apgr - r.length.apgr:+.3f}" for r in rows]
+        cells.append(f"{tiers.classifier.accuracy - tiers.length.accuracy:+.3f}")
+        cells.append(f"{calibration(every, 1 - weak).ece:.3f}")
+        print(f"{variant} | " + " | ".join(cells), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

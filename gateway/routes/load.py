@@ -1,0 +1,42 @@
+"""``GET /v1/load``: this process's engine load, what a front reads to balance across nodes.
+
+An engine node answers with the sum over its replicas (each counted once, even when
+several tiers share it): requests running in its engines, requests waiting (in the
+engines' queues and in the pools' bounded queues), mean KV-cache usage, and whether any
+replica is healthy. The front's ``openai`` engine for that node reports these as its own
+load (``backends/openai_compat.py``). Needs an API key, like the rest of ``/v1``.
+"""
+
+from __future__ import annotations
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.http import authenticate
+from gateway.state import GatewayState, get_state
+
+
+def node_load(state: GatewayState) -> dict[str, object]:
+    replicas = {id(r): r for group in state.replicas.values() for r in group}.values()
+    loads = [r.engine.load() for r in replicas]
+    queued = sum(pool.waiting for pool in state.pools.values())
+    tiers = {
+        name: {"healthy": pool.healthy(), "waiting": pool.waiting, "replicas": len(pool.replicas)}
+        for name, pool in state.pools.items()
+    }
+    return {
+        "running": sum(load.running for load in loads),
+        "waiting": sum(load.waiting for load in loads) + queued,
+        "kv_usage": sum(load.kv_usage for load in loads) / len(loads) if loads else 0.0,
+        "healthy": state.ready and any(load.healthy for load in loads),
+        "inflight": sum(r.inflight for r in replicas),
+        "max_inflight": sum(r.max_inflight for r in replicas),
+        "tiers": tiers,
+    }
+
+
+async def load(request: Request) -> Response:
+    state = get_state(request)
+    await authenticate(request, state)
+    return Response(orjson.dumps(node_load(state)), media_type="application/json")
