@@ -82,7 +82,8 @@ class CachedEmbedder:
         computed = await self.inner.embed([texts[i] for i in missing]) if missing else _empty()
         return self._join(keys, found, missing, computed)
 
-    def __len__(self) -> int:
+    @property
+    def entries(self) -> int:  # not ``__len__``: an empty cache must not read as falsy
         return len(self._vectors)
 
     async def aclose(self) -> None:
