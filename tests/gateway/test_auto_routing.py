@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from pathlib import Path
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
