@@ -41,6 +41,7 @@ from gateway.routes import (
     models,
 )
 from gateway.state import GatewayState
+from gateway.target_share import TargetShares
 from gateway.tracing import open_tracing, traced
 from policies.key_directory import KeyDirectory
 from policies.schema import GatewayConfig, PoolSpec
@@ -51,6 +52,7 @@ from policies.stores import (
     open_key_store,
     open_ledger,
     open_rate_limiter,
+    open_share_store,
     open_store,
 )
 from policies.tenants import KeyRing
@@ -103,6 +105,7 @@ async def build_state(
         embedder=embedder or shared,  # one embedder: the cache and the classifier share it
         classifier=routing.classifier if routing is not None else None,
         notes=notes,
+        shares=TargetShares(open_share_store(store)),
     )
     return state
 

@@ -91,13 +91,15 @@ async def route(
     refusal = principal.model_refusal(requested_model, config)
     if refusal is not None:
         raise PermissionDenied(refusal, param="model")
+    score = None if complexity is None else complexity.score
+    learned, why = None, "thresholds"
+    if state.shares is not None and score is not None and config.routing.target_share:
+        learned, why = state.shares.route(
+            config.routing, list(config.tiers), score, state.background
+        )
     try:
         decision = decide(
-            config,
-            principal.policy,
-            requested_model,
-            None if complexity is None else complexity.score,
-            forced_tier,
+            config, principal.policy, requested_model, score, forced_tier, learned, why
         )
     except UnknownModel:
         raise ModelNotFound(

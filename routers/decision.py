@@ -95,7 +95,11 @@ def decide(
     requested_model: str,
     score: float | None = None,
     forced_tier: str | None = None,
+    thresholds: tuple[float, float] | None = None,
+    why: str = "thresholds",
 ) -> TierDecision:
+    """``thresholds``: the ones to route by (``routing.target_share`` learns them from
+    traffic, ``why`` says so in the trail); default ``routing.thresholds``."""
     trail: list[str] = []
     permitted = permitted_tiers(config, policy)
     if requested_model != "auto":
@@ -115,8 +119,10 @@ def decide(
         tier = policy.default_tier
         trail.append(f"auto without a score: tenant default tier {tier}")
     else:
-        tier = tier_for_score(score, list(config.tiers), config.routing.thresholds)
-        trail.append(f"score {score:.3f} with thresholds {config.routing.thresholds}: {tier}")
+        bounds = thresholds or config.routing.thresholds
+        tier = tier_for_score(score, list(config.tiers), bounds)
+        shown = f"({bounds[0]:.3f}, {bounds[1]:.3f})" if thresholds else str(bounds)
+        trail.append(f"score {score:.3f} with {why} {shown}: {tier}")
     if forced_tier is not None:
         if forced_tier not in config.tiers:
             raise UnknownTier(forced_tier)
