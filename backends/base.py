@@ -19,6 +19,8 @@ class SamplingParams:
     top_p: float | None = None
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,8 +35,63 @@ class GenerationRequest:
     tools: tuple[Mapping[str, Any], ...] | None = None
     tool_choice: Any = None
     response_format: Mapping[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    # OpenAI fields only a remote OpenAI-compatible server can honour (``reasoning_effort``…).
+    passthrough: Mapping[str, Any] = field(default_factory=dict)
     # The client wants one answer, not a stream: an engine that can fetch it whole may.
     whole: bool = False
+
+
+# What an engine may declare in ``capabilities``: the OpenAI request fields beyond the ones
+# every engine honours (model, messages/prompt, stream, n=1, stop, max_tokens, temperature,
+# top_p, seed). ``passthrough`` stands for any field in ``GenerationRequest.passthrough``.
+FEATURES = frozenset(
+    {
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "response_format",
+        "logprobs",
+        "top_logprobs",
+        "frequency_penalty",
+        "presence_penalty",
+        "passthrough",
+    }
+)
+
+
+def requested_features(request: GenerationRequest) -> dict[str, str]:
+    """The features this request uses → the request field that names each (for the 400)."""
+    used: dict[str, str] = {}
+    if request.tools:
+        used["tools"] = "tools"
+    if request.tool_choice is not None:
+        used["tool_choice"] = "tool_choice"
+    if request.parallel_tool_calls is not None:
+        used["parallel_tool_calls"] = "parallel_tool_calls"
+    if request.response_format is not None and request.response_format.get("type") != "text":
+        used["response_format"] = "response_format"
+    if request.logprobs:
+        used["logprobs"] = "logprobs"
+    if request.top_logprobs is not None:
+        used["top_logprobs"] = "top_logprobs"
+    if request.sampling.frequency_penalty:
+        used["frequency_penalty"] = "frequency_penalty"
+    if request.sampling.presence_penalty:
+        used["presence_penalty"] = "presence_penalty"
+    if request.passthrough:
+        used["passthrough"] = sorted(request.passthrough)[0]
+    return used
+
+
+def unsupported_field(request: GenerationRequest, capabilities: frozenset[str]) -> str | None:
+    """The first request field an engine with these capabilities cannot honour, if any."""
+    for feature, param in requested_features(request).items():
+        if feature not in capabilities:
+            return param
+    return None
 
 
 def openai_options(request: GenerationRequest) -> dict[str, Any]:
@@ -47,9 +104,15 @@ def openai_options(request: GenerationRequest) -> dict[str, Any]:
         "top_p": sampling.top_p,
         "seed": sampling.seed,
         "stop": list(sampling.stop) or None,
+        "frequency_penalty": sampling.frequency_penalty,
+        "presence_penalty": sampling.presence_penalty,
         "tools": list(request.tools) if request.tools else None,
         "tool_choice": request.tool_choice,
+        "parallel_tool_calls": request.parallel_tool_calls,
         "response_format": request.response_format,
+        "logprobs": request.logprobs or None,
+        "top_logprobs": request.top_logprobs,
+        **request.passthrough,
     }
     return {k: v for k, v in options.items() if v is not None}
 
@@ -66,13 +129,30 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One generated token's log-probability, and the most likely alternatives at its place."""
+
+    token: str
+    logprob: float
+    token_bytes: bytes
+    top: tuple[tuple[str, float, bytes], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Chunk:
-    """A text delta; the last chunk of a stream carries ``finish_reason`` and ``usage``."""
+    """A text delta; the last chunk of a stream carries ``finish_reason`` and ``usage``.
+
+    ``tool_call_deltas`` are OpenAI-shaped fragments (``index``, then ``id``/``type``/
+    ``function.name`` once, then ``function.arguments`` pieces) of calls being generated;
+    the last chunk's ``tool_calls`` holds every call whole. ``logprobs`` has one entry per
+    token whose text this chunk releases."""
 
     text: str = ""
     finish_reason: str | None = None  # OpenAI's: stop, length, tool_calls, content_filter
     usage: Usage | None = None
     tool_calls: tuple[Mapping[str, Any], ...] | None = None
+    tool_call_deltas: tuple[Mapping[str, Any], ...] | None = None
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +185,7 @@ class Engine(Protocol):
     name: str
     model: str
     counters: EngineCounters
+    capabilities: frozenset[str]  # a subset of ``FEATURES``: what this engine honours
 
     def stream(self, request: GenerationRequest) -> AsyncIterator[Chunk]: ...
 

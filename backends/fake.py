@@ -10,8 +10,15 @@ import asyncio
 import hashlib
 from collections.abc import AsyncIterator
 
-from backends.base import Chunk, EngineCounters, EngineLoad, GenerationRequest, Usage
-from backends.errors import EngineOverloaded, EngineUnavailable, UpstreamFailed
+from backends.base import (
+    Chunk,
+    EngineCounters,
+    EngineLoad,
+    GenerationRequest,
+    Usage,
+    unsupported_field,
+)
+from backends.errors import EngineOverloaded, EngineUnavailable, UpstreamFailed, UpstreamRejected
 
 
 def _prompt_text(request: GenerationRequest) -> str:
@@ -36,6 +43,7 @@ class FakeEngine:
         self.name = name
         self.model = model
         self.counters = EngineCounters()
+        self.capabilities: frozenset[str] = frozenset()  # text generation only
         self.tokens = tokens
         self.token_delay_s = token_delay_s
         self.first_token_delay_s = first_token_delay_s
@@ -63,6 +71,9 @@ class FakeEngine:
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
         if self.dead:
             raise EngineUnavailable(f"{self.name} is dead")
+        field = unsupported_field(request, self.capabilities)
+        if field is not None:
+            raise UpstreamRejected(f"the fake backend cannot honour {field}", status=400)
         if self.counters.active >= self.max_running:
             raise EngineOverloaded(f"{self.name} is full")
         self.seen.append(request)

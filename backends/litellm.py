@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from backends.base import (
+    FEATURES,
     Chunk,
     EngineCounters,
     EngineLoad,
@@ -26,6 +27,7 @@ from backends.errors import (
     UpstreamRejected,
     UpstreamTimeout,
 )
+from backends.sse_parse import logprobs_of
 
 
 def _import_litellm() -> Any:
@@ -33,7 +35,7 @@ def _import_litellm() -> Any:
     import litellm
 
     litellm.telemetry = False
-    litellm.drop_params = True
+    litellm.drop_params = False  # an option the provider lacks is its 400, never dropped
     return litellm
 
 
@@ -77,6 +79,7 @@ class LiteLLMEngine:
         self.name = name
         self.model = model
         self.counters = EngineCounters()
+        self.capabilities = FEATURES  # the server it forwards to answers for the rest
         self.litellm_model = litellm_model or model
         self.api_base = api_base
         self.api_key = api_key or (os.environ.get(api_key_env) if api_key_env else None)
@@ -107,7 +110,13 @@ class LiteLLMEngine:
         }
         endpoint = {"api_base": self.api_base, "api_key": self.api_key}
         params.update({k: v for k, v in endpoint.items() if v is not None})
-        params.update(openai_options(request))
+        options = openai_options(request)
+        if "metadata" in options:  # litellm keeps ``metadata`` for its own callbacks
+            params["extra_body"] = {
+                **params.get("extra_body", {}),
+                "metadata": options.pop("metadata"),
+            }
+        params.update(options)
         if request.prompt is not None:
             params["messages"] = [{"role": "user", "content": request.prompt}]
             params["text_completion"] = True
@@ -129,7 +138,6 @@ class LiteLLMEngine:
             finish = "stop"
             usage: Usage | None = None
             tool_calls: dict[int, dict[str, Any]] = {}
-            completion_chars = 0
             try:
                 async for part in response:
                     if getattr(part, "usage", None):
@@ -141,15 +149,14 @@ class LiteLLMEngine:
                             _merge_tool_call(tool_calls, call)
                         if choice.finish_reason:
                             finish = choice.finish_reason
-                        if text:
-                            completion_chars += len(text)
+                        logprobs = logprobs_of(getattr(choice, "logprobs", None))
+                        if text or logprobs:
                             self.counters.generated_tokens += 1
-                            yield Chunk(text=text)
+                            yield Chunk(text=text, logprobs=logprobs)
             except self._errors as exc:
                 raise map_error(litellm, exc) from exc
-            if usage is None:
-                # The server sent no usage; estimate (4 characters a token) rather than bill 0.
-                usage = Usage(prompt_tokens=0, completion_tokens=(completion_chars + 3) // 4)
+            # No usage from the server: None, and the gateway charges an upper count (never
+            # below what the reservation assumed) rather than a guess that undercounts CJK.
             calls = tuple(tool_calls[i] for i in sorted(tool_calls)) or None
             finished = True
             yield Chunk(finish_reason=finish, usage=usage, tool_calls=calls)

@@ -17,10 +17,36 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from backends.base import Chunk, EngineCounters, EngineLoad, GenerationRequest, Usage
-from backends.errors import EngineOverloaded, EngineUnavailable, UpstreamFailed, UpstreamRejected
+from backends.base import (
+    Chunk,
+    EngineCounters,
+    EngineLoad,
+    GenerationRequest,
+    unsupported_field,
+)
+from backends.errors import (
+    EngineError,
+    EngineOverloaded,
+    EngineUnavailable,
+    UpstreamFailed,
+    UpstreamRejected,
+)
+from backends.llamacpp_decode import Job, decode
+from backends.llamacpp_tools import build_grammar, render_messages, tool_plan
 
 _DONE = object()
+CAPABILITIES = frozenset(
+    {
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "response_format",
+        "logprobs",
+        "top_logprobs",
+        "frequency_penalty",
+        "presence_penalty",
+    }
+)
 
 
 def resolve_model_path(model_path: str) -> str:
@@ -56,6 +82,7 @@ class LlamaCppEngine:
         self.name = name
         self.model = model
         self.counters = EngineCounters()
+        self.capabilities = CAPABILITIES
         self.model_path = model_path
         self.n_ctx = n_ctx
         self.n_threads = n_threads
@@ -64,6 +91,7 @@ class LlamaCppEngine:
         self.default_max_tokens = default_max_tokens
         self._llama: Any = None
         self._formatter: Any = None
+        self._template = ""
         self._lock = asyncio.Lock()
         self._waiting = 0
         self._running = 0
@@ -90,6 +118,7 @@ class LlamaCppEngine:
             raise EngineUnavailable(f"{path} carries no chat template")
         eos = llama.detokenize([llama.token_eos()]).decode(errors="ignore")
         bos = llama.detokenize([llama.token_bos()]).decode(errors="ignore")
+        self._template = template
         return llama, Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
 
     async def aclose(self) -> None:
@@ -108,9 +137,9 @@ class LlamaCppEngine:
         """The prompt text exactly as the model sees it, and the template's stop strings."""
         if request.prompt is not None:
             return request.prompt, ()
-        if request.tools:
-            raise UpstreamRejected("the llamacpp backend does not support tools", status=400)
-        rendered = self._formatter(messages=[dict(m) for m in request.messages or ()])
+        plan = tool_plan(request.tools, request.tool_choice)
+        messages = render_messages(request.messages or (), plan, self._template)
+        rendered = self._formatter(messages=messages)
         stops = rendered.stop if isinstance(rendered.stop, list) else [rendered.stop]
         return rendered.prompt, tuple(s for s in stops if s)
 
@@ -119,7 +148,15 @@ class LlamaCppEngine:
             raise EngineUnavailable(f"{self.name} is not loaded")
         if self._waiting >= self.max_waiting:
             raise EngineOverloaded(f"{self.name} has {self._waiting} requests waiting")
+        field = unsupported_field(request, self.capabilities)
+        if field is not None:
+            raise UpstreamRejected(f"the llamacpp backend cannot honour {field}", status=400)
         prompt, template_stops = self.render(request)
+        plan = tool_plan(request.tools, request.tool_choice)
+        try:
+            grammar = build_grammar(plan, request.response_format)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UpstreamRejected(f"cannot build a grammar for this schema: {exc}", 400) from exc
         self._waiting += 1
         try:
             await self._lock.acquire()
@@ -131,7 +168,12 @@ class LlamaCppEngine:
         queue: asyncio.Queue[object] = asyncio.Queue()
         cancel = threading.Event()
         job = loop.run_in_executor(
-            self._executor, self._generate, request, prompt, template_stops, queue, loop, cancel
+            self._executor,
+            self._generate,
+            Job(request, prompt, template_stops, plan, grammar),
+            queue,
+            loop,
+            cancel,
         )
         finished = False
         try:
@@ -139,6 +181,8 @@ class LlamaCppEngine:
                 item = await queue.get()
                 if item is _DONE:
                     break
+                if isinstance(item, EngineError):
+                    raise item
                 if isinstance(item, BaseException):
                     raise UpstreamFailed(f"llama.cpp failed: {item}") from item
                 assert isinstance(item, Chunk)
@@ -158,49 +202,27 @@ class LlamaCppEngine:
 
     def _generate(
         self,
-        request: GenerationRequest,
-        prompt: str,
-        template_stops: tuple[str, ...],
+        job: Job,
         queue: asyncio.Queue[object],
         loop: asyncio.AbstractEventLoop,
         cancel: threading.Event,
     ) -> None:
         """Runs on the engine's thread; pushes ``Chunk``s, then ``_DONE``."""
-        put = queue.put_nowait
+
+        def put(item: object) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
         try:
-            llama = self._llama
-            prompt_tokens = len(llama.tokenize(prompt.encode(), add_bos=False, special=True))
-            sampling = request.sampling
-            max_tokens = sampling.max_tokens or self.default_max_tokens
-            max_tokens = max(1, min(max_tokens, self.n_ctx - prompt_tokens))
-            if sampling.seed is not None:
-                llama.set_seed(sampling.seed)
-            pieces: list[str] = []
-            finish = "stop"
-            for part in llama.create_completion(
-                prompt=prompt,
-                max_tokens=max_tokens,
-                temperature=0.8 if sampling.temperature is None else sampling.temperature,
-                top_p=1.0 if sampling.top_p is None else sampling.top_p,
-                seed=sampling.seed,
-                stop=list(sampling.stop + template_stops) or None,
-                stream=True,
+            for chunk in decode(
+                self._llama,
+                job,
+                n_ctx=self.n_ctx,
+                default_max_tokens=self.default_max_tokens,
+                counters=self.counters,
+                cancel=cancel,
             ):
-                if cancel.is_set():
-                    return
-                choice = part["choices"][0]
-                text = choice.get("text") or ""
-                if text:
-                    pieces.append(text)
-                    self.counters.generated_tokens += 1
-                    loop.call_soon_threadsafe(put, Chunk(text=text))
-                if choice.get("finish_reason"):
-                    finish = choice["finish_reason"]
-            text = "".join(pieces)
-            completion_tokens = len(llama.tokenize(text.encode(), add_bos=False)) if text else 0
-            usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
-            loop.call_soon_threadsafe(put, Chunk(finish_reason=finish, usage=usage))
-        except (RuntimeError, ValueError) as exc:
-            loop.call_soon_threadsafe(put, exc)
+                put(chunk)
+        except (EngineError, RuntimeError, ValueError) as exc:
+            put(exc)
         finally:
-            loop.call_soon_threadsafe(put, _DONE)
+            put(_DONE)

@@ -27,6 +27,7 @@ import orjson
 from yarl import URL
 
 from backends.base import (
+    FEATURES,
     Chunk,
     EngineCounters,
     EngineLoad,
@@ -42,7 +43,7 @@ from backends.errors import (
     UpstreamRejected,
     UpstreamTimeout,
 )
-from backends.sse_parse import EventSplitter, ToolCallMerger, usage_of
+from backends.sse_parse import EventSplitter, ToolCallMerger, logprobs_of, usage_of
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,7 @@ class OpenAICompatEngine:
         self.name = name
         self.model = model
         self.counters = EngineCounters()
+        self.capabilities = FEATURES  # the server it forwards to answers for the rest
         self.api_base = api_base.rstrip("/")
         # Parsed once: aiohttp would parse a string URL on every request.
         self._urls = {
@@ -267,13 +269,16 @@ class OpenAICompatEngine:
         message = choice.get("message")
         text = (message.get("content") if message else choice.get("text")) or ""
         calls = (message or {}).get("tool_calls") or None
-        usage = usage_of(data.get("usage")) or Usage(0, (len(text) + 3) // 4)
-        self.counters.generated_tokens += usage.completion_tokens
+        # No usage from the server: None, and the gateway charges what the reservation assumed.
+        usage = usage_of(data.get("usage"))
+        if usage is not None:
+            self.counters.generated_tokens += usage.completion_tokens
         return Chunk(
             text=text,
             finish_reason=choice.get("finish_reason") or "stop",
             usage=usage,
             tool_calls=tuple(calls) if calls else None,
+            logprobs=logprobs_of(choice.get("logprobs")),
         )
 
     async def _streamed(
@@ -311,17 +316,17 @@ class OpenAICompatEngine:
                                 calls.merge(delta["tool_calls"])
                             if choice.get("finish_reason"):
                                 finish = choice["finish_reason"]
-                            if text:
+                            logprobs = logprobs_of(choice.get("logprobs"))
+                            if text or logprobs:
                                 chars += len(text)
-                                yield Chunk(text=text)
+                                yield Chunk(text=text, logprobs=logprobs)
             except (aiohttp.ClientError, TimeoutError) as exc:
                 raise self._broken(exc) from exc
             if not done:
                 raise UpstreamFailed("the upstream stream ended without [DONE]")
-            if usage is None:
-                # The server sent no usage; estimate (4 characters a token) rather than bill 0.
-                usage = Usage(prompt_tokens=0, completion_tokens=(chars + 3) // 4)
-            self.counters.generated_tokens += usage.completion_tokens
+            # No usage from the server: None, and the gateway charges an upper count (never
+            # below what the reservation assumed) rather than a guess that undercounts CJK.
+            self.counters.generated_tokens += usage.completion_tokens if usage else chars
             complete = True
             yield Chunk(finish_reason=finish, usage=usage, tool_calls=calls.result())
         finally:

@@ -22,7 +22,14 @@ from typing import Any
 
 import orjson
 
-from backends.base import Chunk, EngineCounters, EngineLoad, GenerationRequest, Usage
+from backends.base import (
+    Chunk,
+    EngineCounters,
+    EngineLoad,
+    GenerationRequest,
+    Usage,
+    unsupported_field,
+)
 from backends.errors import (
     EngineError,
     EngineOverloaded,
@@ -57,6 +64,7 @@ class SglangEngine:
         self.name = name
         self.model = model
         self.counters = EngineCounters()
+        self.capabilities: frozenset[str] = frozenset()
         self.stats = EngineStats()
         self.server_args = {"model_path": model_path or model, **(server_args or {})}
         self.engine_factory = engine_factory
@@ -177,8 +185,9 @@ class SglangEngine:
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
         if not self._alive:
             raise EngineUnavailable(f"{self.name} is not running")
-        if request.tools:
-            raise UpstreamRejected("the sglang backend does not parse tool calls yet", status=400)
+        field = unsupported_field(request, self.capabilities)
+        if field is not None:  # its function-call parser: not wired up yet
+            raise UpstreamRejected(f"the sglang backend cannot honour {field}", status=400)
         rid = f"{request.request_id}-{self.name}-{next(_ids)}"
         message: dict[str, Any] = {"op": "generate", "id": rid, "sampling": self._sampling(request)}
         if request.prompt is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from backends.base import Usage
+from backends.base import TokenLogprob, Usage
 
 
 class EventSplitter:
@@ -47,6 +47,31 @@ def usage_of(raw: Mapping[str, Any] | None) -> Usage | None:
         prompt_tokens=int(raw.get("prompt_tokens") or 0),
         completion_tokens=int(raw.get("completion_tokens") or 0),
         cached_tokens=int(details.get("cached_tokens") or 0),
+    )
+
+
+def logprobs_of(raw: Any) -> tuple[TokenLogprob, ...] | None:
+    """OpenAI's chat ``logprobs`` (a dict, or an SDK object with ``model_dump``) → entries."""
+    if raw is not None and not isinstance(raw, Mapping):
+        raw = raw.model_dump()
+    content = (raw or {}).get("content")
+    if not content:
+        return None
+    return tuple(
+        TokenLogprob(
+            str(e.get("token", "")),
+            float(e.get("logprob") or 0.0),
+            bytes(e.get("bytes") or ()),
+            tuple(
+                (
+                    str(t.get("token", "")),
+                    float(t.get("logprob") or 0.0),
+                    bytes(t.get("bytes") or ()),
+                )
+                for t in e.get("top_logprobs") or ()
+            ),
+        )
+        for e in content
     )
 
 

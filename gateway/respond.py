@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from backends.base import Chunk, GenerationRequest
+from backends.base import Chunk, GenerationRequest, TokenLogprob
 from gateway.http import authenticate, read_body, until_disconnect
 from gateway.routing import route
 from gateway.serving import Execution
@@ -33,9 +34,13 @@ async def generate(
 ) -> Response:
     """What every generation endpoint does; only the wire shapes differ."""
     state = get_state(request)
-    begin_request(state.config.server.timing_header)
+    # The request's config snapshot, taken as the key is looked up (a YAML key resolves
+    # before the first await, so a policy reload lands wholly before or wholly after the
+    # pair): nothing later reads state.config.
+    config = state.config
+    begin_request(config.server.timing_header)
     principal = await authenticate(request, state)  # times itself: tracing stage "auth"
-    raw = await read_body(request, state.config.server.max_body_bytes)
+    raw = await read_body(request, config.server.max_body_bytes)
     body = parse_body(wire_model, raw)
     lap("parse")
     routed = await route(
@@ -47,6 +52,8 @@ async def generate(
         include_usage=body.include_usage,
         cache_control=request.headers.get("cache-control"),
         forced_tier=request.headers.get("x-tiergate-tier"),
+        config=config,
+        exact_first=True,
     )
     lap("route")
     return await respond(request, Execution(state, routed), whole, streamed)
@@ -66,18 +73,20 @@ async def respond(
         payload = await until_disconnect(request, _collect(run, whole))
     finally:
         await run.close()
-    headers = run.headers()
-    headers["x-tiergate-cost-usd"] = f"{run.outcome.cost_usd:.8f}"
-    return Response(payload, media_type="application/json", headers=headers)
+    return Response(payload, media_type="application/json", headers=run.headers())
 
 
 async def _collect(run: Execution, whole: BodyBuilder) -> bytes:
     await run.open()
     parts: list[str] = []
+    logprobs: list[TokenLogprob] = []
     final: Chunk | None = None
     async for chunk in run.chunks():
         parts.append(chunk.text)
+        logprobs.extend(chunk.logprobs or ())
         if chunk.finish_reason is not None:
             final = chunk
     assert final is not None, "an engine stream ends with a final chunk"
+    if logprobs:  # the body carries every token's entry; chunks carried their own
+        final = replace(final, logprobs=tuple(logprobs))
     return orjson.dumps(whole(run, "".join(parts), final))

@@ -53,6 +53,8 @@ class EngineSpec(Frozen):
     model: str
     replicas: int = Field(1, ge=1, le=64)
     options: dict[str, Any] = Field(default_factory=dict)
+    # Content the model can read; a request with other parts skips or gets a 400.
+    modalities: tuple[Literal["text", "image", "audio", "file"], ...] = ("text",)
     discover: DiscoverySpec | None = None
 
     @model_validator(mode="after")
@@ -137,9 +139,10 @@ class ApiKey(Frozen):
         return self
 
 
-# Cosine similarity a paraphrase must reach for a semantic hit (MiniLM). On
-# data/cache_pairs.jsonl the last false hit vanishes at 0.82; 0.85 keeps a margin
-# (precision 1.0, recall 0.75: bench/cache_pairs.py, docs/cache.md).
+# Cosine similarity a paraphrase must reach for a semantic hit (MiniLM), before the
+# verifier (semantic_verify). Under "strict" the held-out pairs give zero false hits at any
+# threshold; 0.85 keeps the verifier's candidates close (recall 0.746 held-out:
+# bench/cache_pairs.py, docs/cache.md).
 DEFAULT_SEMANTIC_THRESHOLD = 0.85
 
 
@@ -155,6 +158,10 @@ class CachePolicy(Frozen):
     cache_seeded: bool = True
     semantic: bool = True
     semantic_threshold: float = Field(DEFAULT_SEMANTIC_THRESHOLD, gt=0.0, le=1.0)
+    # After the similarity test: "strict" serves a hit only when every difference between
+    # the two questions keeps the meaning (routers/semantic_verify.py); "guard" trades
+    # precision for recall (numbers, negations, units, names only; docs/cache.md).
+    semantic_verify: Literal["strict", "guard"] = "strict"
     # Share of the original cost a hit is charged: 0 = free, 1 = full price.
     hit_charge: float = Field(0.0, ge=0.0, le=1.0)
 

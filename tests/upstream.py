@@ -32,15 +32,29 @@ class UpstreamLog:
     cancelled_streams: int = 0
 
 
-def _chunk(rid: str, model: str, delta: dict[str, Any], finish: str | None) -> bytes:
+def _chunk(
+    rid: str,
+    model: str,
+    delta: dict[str, Any],
+    finish: str | None,
+    logprobs: dict[str, Any] | None = None,
+) -> bytes:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}
     body = {
         "id": rid,
         "object": "chat.completion.chunk",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        "choices": [choice],
     }
     return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+def _logprobs(words: list[str]) -> dict[str, Any]:
+    entries = [
+        {"token": w, "logprob": -0.5, "bytes": list(w.encode()), "top_logprobs": []} for w in words
+    ]
+    return {"content": entries, "refusal": None}
 
 
 def build_app(log: UpstreamLog, token_delay_s: float = 0.0) -> Starlette:
@@ -75,7 +89,14 @@ def build_app(log: UpstreamLog, token_delay_s: float = 0.0) -> Starlette:
                         "created": int(time.time()),
                         "model": model,
                         "usage": usage,
-                        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": message,
+                                "finish_reason": "stop",
+                                "logprobs": _logprobs(words) if body.get("logprobs") else None,
+                            }
+                        ],
                     }
                 ),
                 media_type="application/json",
@@ -86,7 +107,8 @@ def build_app(log: UpstreamLog, token_delay_s: float = 0.0) -> Starlette:
                 yield _chunk("cmpl-up", model, {"role": "assistant", "content": ""}, None)
                 for word in words:
                     await asyncio.sleep(token_delay_s)
-                    yield _chunk("cmpl-up", model, {"content": word}, None)
+                    logprobs = _logprobs([word]) if body.get("logprobs") else None
+                    yield _chunk("cmpl-up", model, {"content": word}, None, logprobs)
                 yield _chunk("cmpl-up", model, {}, "stop")
                 if (body.get("stream_options") or {}).get("include_usage"):
                     final = {

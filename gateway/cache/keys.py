@@ -21,7 +21,7 @@ from backends.base import GenerationRequest
 from routers.embedding import last_user_text
 from routers.semantic_guard import guard
 
-VERSION = "1"  # bump when the key layout or the stored record changes
+VERSION = "2"  # bump when the key layout or the stored record changes
 _NAMESPACE_OK = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
@@ -83,6 +83,17 @@ def _params(request: GenerationRequest) -> dict[str, Any]:
         "tool_choice": request.tool_choice,
         "response_format": request.response_format,
         "n": 1,
+        # Options added later join the key only when set, so older keys stay valid.
+        **{
+            k: v
+            for k, v in (
+                ("frequency_penalty", sampling.frequency_penalty),
+                ("presence_penalty", sampling.presence_penalty),
+                ("parallel_tool_calls", request.parallel_tool_calls),
+                ("passthrough", dict(request.passthrough) or None),
+            )
+            if v is not None
+        },
     }
 
 

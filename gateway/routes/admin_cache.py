@@ -55,6 +55,7 @@ async def cache_usage(request: Request) -> Response:
     try:
         for name in state.config.tenants:
             tenants[name] = _usage_body(await cache.usage(name))
+            tenants[name]["semantic_hits"] = cache.counters.semantic_by_tenant.get(name, 0)
     except CacheUnavailable as exc:
         raise ServiceUnavailable(f"the cache store is unavailable: {exc}") from exc
     counters = cache.counters
@@ -65,6 +66,7 @@ async def cache_usage(request: Request) -> Response:
             "counters": {
                 "exact_hits": counters.exact_hits,
                 "semantic_hits": counters.semantic_hits,
+                "semantic_refused": counters.refused,
                 "misses": counters.misses,
                 "bypassed": counters.bypassed,
                 "stored": counters.stored,
@@ -83,7 +85,8 @@ async def tenant_usage(request: Request) -> Response:
         usage = await cache.usage(tenant)
     except CacheUnavailable as exc:
         raise ServiceUnavailable(f"the cache store is unavailable: {exc}") from exc
-    return _json({"tenant": tenant, **_usage_body(usage)})
+    semantic_hits = cache.counters.semantic_by_tenant.get(tenant, 0)
+    return _json({"tenant": tenant, **_usage_body(usage), "semantic_hits": semantic_hits})
 
 
 async def flush_tenant(request: Request) -> Response:

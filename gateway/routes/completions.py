@@ -33,8 +33,11 @@ def to_generation(body: wire.CompletionRequest) -> GenerationRequest:
             top_p=body.top_p,
             seed=body.seed,
             stop=body.stop_tuple(),
+            frequency_penalty=body.frequency_penalty,
+            presence_penalty=body.presence_penalty,
         ),
         prompt=prompt,
+        passthrough=body.passthrough(),
     )
 
 
@@ -44,11 +47,11 @@ async def completions(request: Request) -> Response:
 
 def _whole(run: Execution, text: str, final: Chunk) -> dict[str, Any]:
     routed = run.routed
-    return wire.completion_body(routed.request_id, run.outcome.model, routed.created, text, final)
+    return wire.completion_body(routed.request_id, run.model, routed.created, text, final)
 
 
 async def _streamed(run: Execution) -> AsyncIterator[dict[str, Any]]:
-    rid, created, model = run.routed.request_id, run.routed.created, run.outcome.model
+    rid, created, model = run.routed.request_id, run.routed.created, run.model
     async for chunk in run.chunks():
         if chunk.text:
             yield wire.chunk_body(rid, model, created, chunk.text)

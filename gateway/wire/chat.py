@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from backends.base import Chunk, Usage
-from gateway.wire.common import SamplingFields
+from backends.messages import PART_MODALITIES
+from gateway.wire.common import SamplingFields, logprobs_body
+from gateway.wire.fields import passthrough_fields
 
 
 class ChatMessage(BaseModel):
@@ -18,6 +20,18 @@ class ChatMessage(BaseModel):
     name: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _known_parts(cls, content: Any) -> Any:
+        for j, part in enumerate(content if isinstance(content, list) else ()):
+            kind = part.get("type")
+            if kind not in PART_MODALITIES:
+                known = ", ".join(PART_MODALITIES)
+                raise ValueError(f"part {j} has type {kind!r}; known types: {known}")
+            if kind == "text" and not isinstance(part.get("text"), str):
+                raise ValueError(f"text part {j} needs a string `text`")
+        return content
 
     @model_validator(mode="after")
     def _has_content(self) -> ChatMessage:
@@ -49,16 +63,95 @@ class ChatMessage(BaseModel):
         return "".join(str(p.get("text", "")) for p in self.content if p.get("type") == "text")
 
 
+class FunctionSpec(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: Literal["function"]
+    function: FunctionSpec
+
+
+class NamedFunction(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("type json_schema needs `json_schema`")
+        return self
+
+
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    response_format: dict[str, Any] | None = None
+    tools: list[ToolSpec] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ChatCompletionRequest:
+        names = {t.function.name for t in self.tools or ()}
+        if (
+            isinstance(self.tool_choice, NamedToolChoice)
+            and self.tool_choice.function.name not in names
+        ):
+            raise ValueError(f"tool_choice names {self.tool_choice.function.name!r}, not in tools")
+        if self.tool_choice is not None and not names:
+            raise ValueError("tool_choice is only allowed when tools are given")
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
+        return self
 
     @property
     def token_limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
+
+    def tool_dicts(self) -> tuple[dict[str, Any], ...] | None:
+        if not self.tools:
+            return None
+        return tuple(t.model_dump(exclude_none=True) for t in self.tools)
+
+    def tool_choice_value(self) -> str | dict[str, Any] | None:
+        choice = self.tool_choice
+        return choice.model_dump() if isinstance(choice, NamedToolChoice) else choice
+
+    def response_format_dict(self) -> dict[str, Any] | None:
+        if self.response_format is None:
+            return None
+        return self.response_format.model_dump(exclude_none=True, by_alias=True)
+
+    def passthrough(self) -> dict[str, Any]:
+        return passthrough_fields(self.model_extra)
 
 
 def usage_dict(usage: Usage) -> dict[str, Any]:
@@ -75,7 +168,7 @@ def completion_body(
 ) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": text}
     if final.tool_calls:
-        message["tool_calls"] = list(final.tool_calls)
+        message["tool_calls"] = [dict(c) for c in final.tool_calls]
         message["content"] = text or None
     return {
         "id": request_id,
@@ -87,7 +180,7 @@ def completion_body(
                 "index": 0,
                 "message": message,
                 "finish_reason": final.finish_reason or "stop",
-                "logprobs": None,
+                "logprobs": logprobs_body(final.logprobs),
             }
         ],
         "usage": usage_dict(final.usage or Usage(0, 0)),
@@ -100,13 +193,15 @@ def chunk_body(
     created: int,
     delta: dict[str, Any],
     finish_reason: str | None = None,
+    logprobs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": logprobs}
     return {
         "id": request_id,
         "object": "chat.completion.chunk",
         "created": created,
         "model": model,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}],
+        "choices": [choice],
     }
 
 

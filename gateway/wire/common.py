@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any, TypeVar
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from backends.base import TokenLogprob
 from gateway.errors import InvalidRequest
-
-log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -35,12 +33,8 @@ class SamplingFields(BaseModel):
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     seed: int | None = None
     user: str | None = None
-
-    @model_validator(mode="after")
-    def _log_unknown(self) -> SamplingFields:
-        if self.model_extra:
-            log.debug("ignoring unknown request fields: %s", sorted(self.model_extra))
-        return self
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
 
     @property
     def include_usage(self) -> bool:
@@ -50,6 +44,26 @@ class SamplingFields(BaseModel):
         if self.stop is None:
             return ()
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+
+def logprobs_body(entries: tuple[TokenLogprob, ...] | None) -> dict[str, Any] | None:
+    """OpenAI's chat ``logprobs``: one entry per token, with its top alternatives."""
+    if not entries:
+        return None
+    return {
+        "content": [
+            {
+                "token": e.token,
+                "logprob": e.logprob,
+                "bytes": list(e.token_bytes),
+                "top_logprobs": [
+                    {"token": t, "logprob": lp, "bytes": list(b)} for t, lp, b in e.top
+                ],
+            }
+            for e in entries
+        ],
+        "refusal": None,
+    }
 
 
 def parse_body(model: type[M], raw: bytes) -> M:
@@ -65,7 +79,7 @@ def parse_body(model: type[M], raw: bytes) -> M:
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = [str(p) for p in first["loc"]]
-        param = ".".join(loc[:1] + [f"[{p}]" if p.isdigit() else p for p in loc[1:]])
+        param = "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in loc).lstrip(".")
         raise InvalidRequest(
             f"{param or 'body'}: {first['msg']}", param=param or None, code="invalid_value"
         ) from exc

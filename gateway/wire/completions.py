@@ -9,6 +9,7 @@ from pydantic import Field
 from backends.base import Chunk, Usage
 from gateway.wire.chat import usage_dict
 from gateway.wire.common import SamplingFields
+from gateway.wire.fields import passthrough_fields
 
 
 class CompletionRequest(SamplingFields):
@@ -20,6 +21,10 @@ class CompletionRequest(SamplingFields):
         if len(self.prompt) != 1:
             raise ValueError("only one prompt per request is supported")
         return self.prompt[0]
+
+    def passthrough(self) -> dict[str, Any]:
+        """``logprobs``, ``echo``, ``suffix``, ``best_of``… : for remote backends only."""
+        return passthrough_fields(self.model_extra)
 
 
 def completion_body(

@@ -198,3 +198,20 @@ def test_shared_prefix_reports_cached_tokens(subject: Subject, engine_loop: Loop
     assert first[-1].usage.cached_tokens == 0
     assert second[-1].usage.cached_tokens >= 128
     assert second[-1].usage.cached_tokens < second[-1].usage.prompt_tokens
+
+
+def test_capabilities_are_declared_and_enforced_by_the_engine(
+    subject: Subject, engine_loop: LoopThread
+) -> None:
+    from dataclasses import replace
+
+    from backends.base import FEATURES
+    from backends.errors import UpstreamRejected
+
+    capabilities = subject.engine.capabilities
+    assert capabilities <= FEATURES
+    assert "passthrough" not in capabilities  # in-process engines forward nothing
+    request = replace(chat("x", max_tokens=2), passthrough={"reasoning_effort": "low"})
+    with pytest.raises(UpstreamRejected, match="reasoning_effort"):
+        engine_loop.run(collect(subject.engine, request))
+    assert subject.engine.counters.active == 0

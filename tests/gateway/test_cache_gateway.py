@@ -16,7 +16,7 @@ from tests.support import OTHER_KEY, TEST_KEY, RunningGateway, fake_config, runn
 
 ADMIN_KEY = "tg-admin-key-for-cache-tests"
 QUESTION = "What is the boiling point of water at sea level?"
-PARAPHRASE = "At sea level, what temperature does water boil at?"
+PARAPHRASE = "At sea level, what's the boiling point of water?"
 
 pytestmark = pytest.mark.slow  # loads the sentence model per gateway
 
@@ -132,7 +132,8 @@ def test_near_miss_and_changed_parameters_miss(gateway: RunningGateway) -> None:
         ("Convert 5 miles to kilometres.", {"seed": 3}),
         ("Convert 5 miles to kilometres.", {"stop": ["w"]}),
         ("Convert 5 miles to kilometres.", {"top_p": 0.5}),
-        ("Convert 5 miles to kilometres.", {"response_format": {"type": "json_object"}}),
+        # the fake honours no json modes; "text" is still another key
+        ("Convert 5 miles to kilometres.", {"response_format": {"type": "text"}}),
     ):
         _, headers = ask(gateway, content, **params)
         assert headers["x-tiergate-cache"] == "miss", (content, params)
@@ -230,6 +231,9 @@ def test_admin_usage_and_flush(gateway: RunningGateway) -> None:
     assert usage["tenants"]["acme"]["entries"] >= 1
     assert usage["tenants"]["acme"]["memory_bytes"] > 0
     assert usage["counters"]["exact_hits"] >= 0
+    # Semantic hits per tenant: acme got one in the paraphrase test, globex none.
+    assert usage["tenants"]["acme"]["semantic_hits"] >= 1
+    assert usage["tenants"]["globex"]["semantic_hits"] == 0
     denied = httpx.delete(
         gateway.base_url + "/admin/api/cache/acme", headers={"authorization": f"Bearer {TEST_KEY}"}
     )
