@@ -88,11 +88,13 @@ async def route(
     forced_tier: str | None = None,
     config: GatewayConfig | None = None,
     exact_first: bool = False,
+    observe: bool = True,
 ) -> RoutedRequest:
     """The tier for this request; ``auto`` awaits the classifier (off the event loop).
 
     ``config`` is the request's snapshot (``state.config`` read now when not given);
-    ``exact_first`` looks the exact cache up first, and a hit skips classification."""
+    ``exact_first`` looks the exact cache up first, and a hit skips classification;
+    ``observe`` False: the score does not join the target-share sketch (``/v1/route``)."""
     config = state.config if config is None else config
     embedding = None
     if state.embedder is not None:
@@ -112,8 +114,11 @@ async def route(
             classify_s = time.perf_counter() - started
     learned: tuple[tuple[float, float] | None, str] = (None, "thresholds")
     if state.shares is not None and complexity is not None and config.routing.target_share:
-        learned = state.shares.route(
-            config.routing, list(config.tiers), complexity.score, state.background
+        shares, tiers = state.shares, list(config.tiers)
+        learned = (
+            shares.route(config.routing, tiers, complexity.score, state.background)
+            if observe
+            else shares.thresholds(config.routing, tiers, state.background)
         )
     decision = _decide(config, principal, requested_model, complexity, forced_tier, learned)
     if note is not None and requested_model == "auto":

@@ -116,6 +116,15 @@ def overview(url: str) -> dict[str, Any]:
     return share
 
 
+def explain(url: str, prompt: str) -> dict[str, Any]:
+    body = {"model": "auto", "messages": [{"role": "user", "content": prompt}]}
+    headers = {"authorization": f"Bearer {TEST_KEY}"}
+    answer = httpx.post(f"{url}/v1/route", json=body, headers=headers, timeout=30)
+    assert answer.status_code == 200, answer.text
+    found: dict[str, Any] = answer.json()
+    return found
+
+
 def test_target_share_holds_across_two_replicas(tmp_path: Path) -> None:
     prompts = traffic_sample()
     with two_replicas(tmp_path) as (a, b):
@@ -126,6 +135,8 @@ def test_target_share_holds_across_two_replicas(tmp_path: Path) -> None:
         results = asyncio.run(replay([a, b], replayed))
         overview(a), overview(b)  # each syncs its last counts
         share_a, share_b = overview(a), overview(b)
+        explained = [explain(b, p) for p in prompts[:5]]  # what-if: not traffic
+        assert overview(b)["samples"] == 2 * SAMPLE
     routed = Counter(tier for tier, _ in results)
     actual = {t: routed[t] / len(results) for t in TIERS}
     fixed = Counter(tier_for_score(score, TIERS, (0.3, 0.7)) for _, score in results)
@@ -142,6 +153,9 @@ def test_target_share_holds_across_two_replicas(tmp_path: Path) -> None:
     # B never saw the first pass, yet both replicas route by one pooled sketch
     assert share_a["samples"] == share_b["samples"] == 2 * SAMPLE
     assert share_a["thresholds"] == pytest.approx(share_b["thresholds"])
+    for answer in explained:  # /v1/route shows the thresholds it routed by, and why
+        assert answer["thresholds"] == pytest.approx(share_b["thresholds"])
+        assert any("target_share quantiles" in step for step in answer["trail"])
     rows = {row["tier"]: row for row in share_b["tiers"]}
     assert {t: rows[t]["target"] for t in TIERS} == TARGET
     assert sum(row["requests"] for row in rows.values()) == 2 * SAMPLE
