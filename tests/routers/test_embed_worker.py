@@ -124,3 +124,22 @@ async def test_the_serving_embedder_is_cached_workers() -> None:
         assert embedder.inner.batcher.texts == 1
     finally:
         await embedder.aclose()
+
+
+def test_a_dead_worker_sends_auto_to_the_default_tier_then_recovers() -> None:
+    from tests.gateway.test_auto_routing import HARD, chat, classifier_config, explain
+    from tests.support import TEST_KEY, running_gateway
+
+    config = classifier_config()
+    config["tenants"]["acme"]["default_tier"] = "medium"
+    config["routing"]["classifier"]["embedding_cache"] = 0  # every request reaches a worker
+    with running_gateway(config) as gateway:
+        shared = gateway.state.embedder
+        assert isinstance(shared, ProcessEmbedder)
+        os.kill(shared.pids[0], signal.SIGKILL)
+        failed = explain(gateway, TEST_KEY, chat(HARD)).json()
+        assert failed["tier"] == "medium" and failed["score"] is None
+        assert "classification failed" in failed["trail"][0]
+        served = explain(gateway, TEST_KEY, chat(HARD + " again")).json()
+        assert served["score"] is not None  # the restarted worker answers
+        assert shared.workers[0].restarts == 1
