@@ -12,6 +12,7 @@ from backends.pool import EnginePool, Replica
 from gateway.cache.service import PromptCache
 from gateway.metrics import GatewayMetrics
 from gateway.target_share import TargetShares
+from gateway.throttle import GuessThrottle
 from gateway.tracing import Tracing
 from policies.audit import AuditLog
 from policies.budget import BudgetStore
@@ -49,6 +50,7 @@ class GatewayState:
     classifier: Classifier | None = None  # None: ``auto`` goes to the tenant's default tier
     config_source: Callable[[], GatewayConfig] | None = None  # re-read on policy reload
     shares: TargetShares | None = None  # ``routing.target_share``: thresholds from traffic
+    admin_guesses: GuessThrottle = field(default_factory=lambda: GuessThrottle(5, 50))
 
 
 def get_state(request: Request) -> GatewayState:

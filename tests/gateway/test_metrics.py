@@ -50,12 +50,13 @@ def traffic_config() -> dict[str, object]:
     engines["fake-large"]["options"] = {"tokens": 6, "first_token_delay_s": 0.3}
     engines["fake-medium"]["options"] = {"tokens": 8, "token_delay_s": 0.5, "max_inflight": 2}
     config["metrics"] = {
+        "tenant_label": True,
         "autoscale": {
             "up_p99_s": 0.25,
             "down_p99_s": 0.15,
             "up_utilisation": 0.8,
             "down_utilisation": 0.3,
-        }
+        },
     }
     return config
 
