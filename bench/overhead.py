@@ -59,6 +59,7 @@ PIPELINE_PHASES = (
     Phase("pipe 0ms c16", "bench-0ms", False, 16),
     Phase("pipe stream c16", "bench-0ms", True, 16),
 )
+EMBED_WORKER = "routers.embed_worker"  # the embedder worker processes' command line
 MESSAGES = [
     {"role": "system", "content": "You are a helpful assistant."},
     {"role": "user", "content": "Summarise the benefits of connection pooling in two lines."},
@@ -109,6 +110,7 @@ class Bench:
         if self.args.client_core is not None:
             argv = ["taskset", "-c", str(self.args.client_core), *argv]
         cpu_before = target.cpu_seconds() if target.name != "upstream" else 0.0
+        embed_before = target.cpu_seconds(EMBED_WORKER) if target.name != "upstream" else 0.0
         core_before = targets.core_busy_seconds(self.args.gateway_core)
         wall_before = time.monotonic()
         done = subprocess.run(
@@ -121,6 +123,9 @@ class Bench:
             # Every request the gateway answered in the window, warmup included.
             cpu = target.cpu_seconds() - cpu_before
             result["cpu_ms_per_req"] = cpu * 1000 / max(result["completed_total"], 1)
+            # The embedder workers' part of it (0 where the model runs in no worker).
+            embed = target.cpu_seconds(EMBED_WORKER) - embed_before
+            result["embedder_cpu_share"] = embed / cpu if cpu > 0 else 0.0
             # How much of the gateway's core other processes took meanwhile (shared machine).
             busy = targets.core_busy_seconds(self.args.gateway_core) - core_before
             wall = time.monotonic() - wall_before
@@ -238,6 +243,12 @@ def main(argv: list[str] | None = None) -> int:
         help="YAML merged over the passthrough config for the full pipeline",
     )
     parser.add_argument(
+        "--embedder-core",
+        type=int,
+        default=None,
+        help="pin the pipeline's embedder workers to this core (default: the gateway's)",
+    )
+    parser.add_argument(
         "--redis-url", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
     )
     parser.add_argument("--logs", type=Path, default=Path("/tmp/tiergate-bench"))
@@ -286,8 +297,11 @@ def main(argv: list[str] | None = None) -> int:
             trio = {
                 "direct": processes["direct"],
                 "tiergate": processes["tiergate"],
+                **({"litellm": processes["litellm"]} if "litellm" in processes else {}),
                 "tiergate-pipeline": pipeline,
             }
+            if args.embedder_core is not None:
+                targets.pin_children(pipeline, EMBED_WORKER, args.embedder_core)
             bench.rounds(trio, PIPELINE_PHASES, models={"tiergate-pipeline": "auto"})
         ramps = {
             name: bench.ramp(

@@ -193,27 +193,25 @@ def render(
 def pipeline_table(runs: Runs, note: str | None) -> str:
     if "tiergate-pipeline" not in runs:
         return "full pipeline: not measured" + (f" ({note})" if note else "")
+    # ``auto`` through the full pipeline next to passthrough (and LiteLLM where it ran).
+    columns = ["tiergate", *(["litellm"] if "litellm" in runs else []), "tiergate-pipeline"]
     rows: list[list[str]] = []
+
+    def line(label: str, phase: str, key: str, added: bool = False, digits: int = 2) -> None:
+        pick = _added if added else _values
+        rows.append([label, *(_fmt(_stat(pick(runs, g, phase, key)), digits) for g in columns)])
+
     for phase in ("pipe 0ms c1", "pipe 0ms c16"):
         for q in ("p50", "p99"):
-            key = f"latency_{q}_ms"
-            rows.append(
-                [
-                    f"added latency {q} ms, {phase[5:]}",
-                    _fmt(_stat(_added(runs, "tiergate", phase, key))),
-                    _fmt(_stat(_added(runs, "tiergate-pipeline", phase, key))),
-                ]
-            )
+            line(f"added latency {q} ms, {phase[5:]}", phase, f"latency_{q}_ms", added=True)
+    line("req/s, 0ms c16", "pipe 0ms c16", "throughput", digits=0)
+    line("gateway CPU ms / request, 0ms c16", "pipe 0ms c16", "cpu_ms_per_req")
+    line("embedder workers' share of that CPU, 0ms c16", "pipe 0ms c16", "embedder_cpu_share")
     for q in ("p50", "p99"):
-        key = f"ttfb_{q}_ms"
-        rows.append(
-            [
-                f"stream first byte {q} ms, 0 ms stream c16",
-                _fmt(_stat(_values(runs, "tiergate", "pipe stream c16", key))),
-                _fmt(_stat(_values(runs, "tiergate-pipeline", "pipe stream c16", key))),
-            ]
-        )
-    out = [_table(["full pipeline vs passthrough", "passthrough", "full pipeline"], rows), ""]
+        line(f"stream first byte {q} ms, 0 ms stream c16", "pipe stream c16", f"ttfb_{q}_ms")
+    header = ["full pipeline vs passthrough", "passthrough", *(
+        ["LiteLLM"] if "litellm" in runs else []), "full pipeline (auto)"]  # fmt: skip
+    out = [_table(header, rows), ""]
     # Stage shares at concurrency 1: no queueing, so the stages add up to the overhead.
     timing_runs = runs["tiergate-pipeline"].get("pipe 0ms c1", [])
     added = _stat(_added(runs, "tiergate-pipeline", "pipe 0ms c1", "latency_p50_ms"))

@@ -38,6 +38,13 @@ def free_port() -> int:
         return port
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
 def _children(pid: int) -> list[int]:
     found = [pid]
     by_parent: dict[int, list[int]] = {}
@@ -79,9 +86,13 @@ class Process:
         self.pids = _children(self.popen.pid)
         return self.pids
 
-    def cpu_seconds(self) -> float:
+    def cpu_seconds(self, only: str | None = None) -> float:
+        """CPU time of the process tree; ``only``: of the processes whose command line
+        contains it (``routers.embed_worker``: the embedder workers)."""
         total = 0
         for pid in self.tree():
+            if only is not None and only not in _cmdline(pid):
+                continue
             try:
                 fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
@@ -343,3 +354,13 @@ def start_litellm(upstream: str, core: int | None, logs: Path) -> Process:
     )
     env.pop("PYTHONPATH")
     return spawn("litellm", argv, core, port, env, logs, ready_path="/health/liveliness")
+
+
+def pin_children(process: Process, only: str, core: int) -> list[int]:
+    """Move the processes of ``process``'s tree whose command line contains ``only`` (and
+    all their threads) to ``core``."""
+    moved = [pid for pid in process.tree() if only in _cmdline(pid)]
+    for pid in moved:
+        subprocess.run(["taskset", "-a", "-p", "-c", str(core), str(pid)], check=True,
+                       capture_output=True)  # fmt: skip
+    return moved

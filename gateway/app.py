@@ -45,6 +45,7 @@ from gateway.routes import (
     models,
 )
 from gateway.state import GatewayState
+from gateway.target_share import TargetShares
 from gateway.throttle import GuessThrottle
 from gateway.tracing import open_tracing
 from policies.key_directory import KeyDirectory
@@ -57,6 +58,7 @@ from policies.stores import (
     open_key_store,
     open_ledger,
     open_rate_limiter,
+    open_share_store,
     open_store,
 )
 from policies.tenants import KeyRing
@@ -113,6 +115,7 @@ async def build_state(
         embedder=embedder or shared,  # one embedder: the cache and the classifier share it
         classifier=routing.classifier if routing is not None else None,
         notes=notes,
+        shares=TargetShares(open_share_store(store)),
         admin_guesses=GuessThrottle(
             config.admin.failures_per_minute, config.admin.failures_per_minute_total
         ),

@@ -88,11 +88,13 @@ async def route(
     forced_tier: str | None = None,
     config: GatewayConfig | None = None,
     exact_first: bool = False,
+    observe: bool = True,
 ) -> RoutedRequest:
     """The tier for this request; ``auto`` awaits the classifier (off the event loop).
 
     ``config`` is the request's snapshot (``state.config`` read now when not given);
-    ``exact_first`` looks the exact cache up first, and a hit skips classification."""
+    ``exact_first`` looks the exact cache up first, and a hit skips classification;
+    ``observe`` False: the score does not join the target-share sketch (``/v1/route``)."""
     config = state.config if config is None else config
     embedding = None
     if state.embedder is not None:
@@ -110,7 +112,15 @@ async def route(
             complexity, note = await _complexity(state, embedding, build)
         if complexity is not None:
             classify_s = time.perf_counter() - started
-    decision = _decide(config, principal, requested_model, complexity, forced_tier)
+    learned: tuple[tuple[float, float] | None, str] = (None, "thresholds")
+    if state.shares is not None and complexity is not None and config.routing.target_share:
+        shares, tiers = state.shares, list(config.tiers)
+        learned = (
+            shares.route(config.routing, tiers, complexity.score, state.background)
+            if observe
+            else shares.thresholds(config.routing, tiers, state.background)
+        )
+    decision = _decide(config, principal, requested_model, complexity, forced_tier, learned)
     if note is not None and requested_model == "auto":
         decision = replace(decision, trail=(note, *decision.trail))
     decision = fit_tier(state, principal, decision, build)  # a tier able to serve it
@@ -156,18 +166,14 @@ def _decide(
     requested_model: str,
     complexity: ComplexityScore | None,
     forced_tier: str | None,
+    learned: tuple[tuple[float, float] | None, str] = (None, "thresholds"),
 ) -> TierDecision:
     refusal = principal.model_refusal(requested_model, config)  # the key's model scope
     if refusal is not None:
         raise PermissionDenied(refusal, param="model")
+    score = None if complexity is None else complexity.score
     try:
-        return decide(
-            config,
-            principal.policy,
-            requested_model,
-            None if complexity is None else complexity.score,
-            forced_tier,
-        )
+        return decide(config, principal.policy, requested_model, score, forced_tier, *learned)
     except UnknownModel:
         raise ModelNotFound(
             f"The model `{requested_model}` does not exist or you do not have access to it.",

@@ -11,6 +11,7 @@ from starlette.requests import Request
 from backends.pool import EnginePool, Replica
 from gateway.cache.service import PromptCache
 from gateway.metrics import GatewayMetrics
+from gateway.target_share import TargetShares
 from gateway.throttle import GuessThrottle
 from gateway.tracing import Tracing
 from policies.audit import AuditLog
@@ -50,6 +51,7 @@ class GatewayState:
     notes: list[str] = field(default_factory=list)
     classifier: Classifier | None = None  # None: ``auto`` goes to the tenant's default tier
     config_source: Callable[[], GatewayConfig] | None = None  # re-read on policy reload
+    shares: TargetShares | None = None  # ``routing.target_share``: thresholds from traffic
     admin_guesses: GuessThrottle = field(default_factory=lambda: GuessThrottle(5, 50))
 
 

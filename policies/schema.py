@@ -225,12 +225,30 @@ class ClassifierConfig(Frozen):
     max_batch: int = Field(32, ge=1, le=1024)
     max_wait_ms: float = Field(2.0, ge=0, le=1000)
     threads: int | None = Field(None, ge=1, le=256)
+    # Embedder processes (0: a thread in the gateway process, sharing the event loop's core
+    # and its GIL); a dead or stuck one is restarted and its requests use the default tier.
+    workers: int = Field(1, ge=0, le=16)
+    worker_timeout_s: float = Field(10.0, gt=0, le=600)  # one batch, then the worker is stuck
+    embedding_cache: int = Field(4096, ge=0, le=1_000_000)  # vectors of repeated prompts (LRU)
+
+
+class TargetShareConfig(Frozen):
+    """How ``routing.target_share`` learns its thresholds from recent traffic."""
+
+    window_s: float = Field(3600.0, ge=10)  # the recent traffic the quantiles come from
+    buckets: int = Field(6, ge=1, le=60)  # the window in this many time buckets
+    min_samples: int = Field(200, ge=1)  # fewer scores seen: ``thresholds`` still apply
+    sync_s: float = Field(1.0, gt=0, le=60)  # replicas pool their counts this often
 
 
 class RoutingConfig(Frozen):
     thresholds: tuple[float, float] = (0.3, 0.7)
     default_tier: str = "small"
     classifier: ClassifierConfig | None = None
+    # Share of classified ``auto`` requests per tier (e.g. small 0.7, medium 0.2, large 0.1):
+    # the thresholds become the score quantiles of recent traffic (shared by replicas).
+    target_share: dict[str, float] | None = None
+    target: TargetShareConfig = TargetShareConfig()
 
     @model_validator(mode="after")
     def _ordered(self) -> RoutingConfig:
@@ -313,6 +331,18 @@ class LedgerConfig(Frozen):
     retention_days: int = Field(400, ge=1, le=3660)  # per-day aggregates
 
 
+def _target_share_problems(shares: dict[str, float] | None, tiers: list[str]) -> list[str]:
+    if shares is None:
+        return []
+    if set(shares) != set(tiers):
+        return [f"routing.target_share must give a share for exactly the tiers {tiers}"]
+    if len(tiers) > 3:
+        return ["routing.target_share needs at most three tiers (two thresholds)"]
+    if any(not 0.0 <= v <= 1.0 for v in shares.values()) or abs(sum(shares.values()) - 1) > 1e-6:
+        return ["routing.target_share: shares must lie in [0, 1] and add up to 1"]
+    return []
+
+
 class GatewayConfig(Frozen):
     server: ServerConfig = ServerConfig()
     redis_url: str | None = None
@@ -347,6 +377,7 @@ class GatewayConfig(Frozen):
                 problems.append(f"tier {tier_name!r} falls back to unknown tier {tier.fallback!r}")
         if self.routing.default_tier not in self.tiers:
             problems.append(f"routing.default_tier {self.routing.default_tier!r} is not a tier")
+        problems.extend(_target_share_problems(self.routing.target_share, list(self.tiers)))
         for tenant_name, tenant in self.tenants.items():
             named = (
                 tenant.default_tier,

@@ -23,6 +23,7 @@ from policies.keys import KeyStore
 from policies.ledger import Ledger
 from policies.ratelimit import RateLimiter
 from policies.schema import GatewayConfig
+from policies.share_store import ShareStore
 from policies.store import MemoryStore, Store
 from policies.store_redis import RedisStore
 
@@ -118,6 +119,18 @@ def _redis_audit(store: Store) -> AuditLog:
     return RedisAuditLog(redis_owner(store))
 
 
+def _memory_shares(store: Store) -> ShareStore:
+    from policies.share_store import MemoryShareStore
+
+    return MemoryShareStore()
+
+
+def _redis_shares(store: Store) -> ShareStore:
+    from policies.share_store import RedisShareStore
+
+    return RedisShareStore(redis_owner(store))
+
+
 LEDGERS: Mapping[str, Callable[[GatewayConfig, Store], Ledger]] = {
     "memory": _memory_ledger,
     "redis": _redis_ledger,
@@ -139,6 +152,11 @@ KEY_STORES: Mapping[str, Callable[[Store], KeyStore]] = {
 AUDIT_LOGS: Mapping[str, Callable[[Store], AuditLog]] = {
     "memory": _memory_audit,
     "redis": _redis_audit,
+}
+
+SHARE_STORES: Mapping[str, Callable[[Store], ShareStore]] = {
+    "memory": _memory_shares,
+    "redis": _redis_shares,
 }
 
 
@@ -168,6 +186,11 @@ def open_key_store(store: Store) -> KeyStore:
 
 def open_audit(store: Store) -> AuditLog:
     return pick(AUDIT_LOGS, "audit log", store.kind)(store)
+
+
+def open_share_store(store: Store) -> ShareStore:
+    """The score sketches behind ``routing.target_share``, pooled by every replica."""
+    return pick(SHARE_STORES, "share store", store.kind)(store)
 
 
 def redis_owner(store: Store) -> RedisStore:

@@ -1,8 +1,10 @@
-"""Micro-batching: concurrent callers' texts go to one worker thread in batches.
+"""Micro-batching: concurrent callers' texts go to worker threads in batches.
 
 A batch closes when it holds ``max_batch`` texts or ``max_wait_ms`` after its first
-text arrived, whichever is first. The model runs in the worker thread, never on the
-event loop; each caller awaits its own future, resolved on its own loop.
+text arrived, whichever is first. The model runs in a worker thread (or, behind it, in
+a worker process: ``routers/embed_worker.py``), never on the event loop; each caller
+awaits its own future, resolved on its own loop. One thread per lane: lanes share the
+queue, so a second lane collects the next batch while the first one's model runs.
 """
 
 from __future__ import annotations
@@ -55,22 +57,32 @@ def _send(job: _Job, result: npt.NDArray[np.float32] | BaseException) -> None:
 
 
 class MicroBatcher:
-    """One daemon thread running ``embed_batch`` over batches of queued texts."""
+    """A daemon thread per lane running its ``embed_batch`` over batches of queued texts."""
 
     def __init__(
-        self, embed_batch: EmbedBatch, max_batch: int = 32, max_wait_ms: float = 2.0
+        self,
+        embed_batch: EmbedBatch | Sequence[EmbedBatch],
+        max_batch: int = 32,
+        max_wait_ms: float = 2.0,
     ) -> None:
-        if max_batch < 1 or max_wait_ms < 0:
-            raise ValueError("max_batch must be >= 1 and max_wait_ms >= 0")
-        self._embed_batch = embed_batch
+        lanes = [embed_batch] if callable(embed_batch) else list(embed_batch)
+        if max_batch < 1 or max_wait_ms < 0 or not lanes:
+            raise ValueError("max_batch must be >= 1, max_wait_ms >= 0, one lane at least")
         self.max_batch = max_batch
         self.max_wait_s = max_wait_ms / 1000.0
         self._queue: queue.SimpleQueue[_Job | object] = queue.SimpleQueue()
         self._closed = False
-        self.batches = 0  # counted by the worker: how many model calls ran
+        self.batches = 0  # counted by the workers: how many model calls ran
         self.texts = 0
-        self._thread = threading.Thread(target=self._run, name="tiergate-embed", daemon=True)
-        self._thread.start()
+        self._count = threading.Lock()
+        self._threads = [
+            threading.Thread(
+                target=self._run, args=(lane,), name=f"tiergate-embed-{n}", daemon=True
+            )
+            for n, lane in enumerate(lanes)
+        ]
+        for thread in self._threads:
+            thread.start()
 
     async def submit(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         if self._closed:
@@ -100,7 +112,7 @@ class MicroBatcher:
             size += len(item.texts)
         return jobs, False
 
-    def _run(self) -> None:
+    def _run(self, embed_batch: EmbedBatch) -> None:
         stop = False
         while not stop:
             item = self._queue.get()
@@ -110,11 +122,14 @@ class MicroBatcher:
             jobs, stop = self._collect(item)
             texts = [t for job in jobs for t in job.texts]
             try:
-                vectors: npt.NDArray[np.float32] | BaseException = self._embed_batch(texts)
+                vectors: npt.NDArray[np.float32] | BaseException = embed_batch(texts)
+            except EmbeddingFailed as exc:
+                vectors = exc
             except (RuntimeError, ValueError, MemoryError, OSError) as exc:
                 vectors = EmbeddingFailed(f"{type(exc).__name__}: {exc}")
-            self.batches += 1
-            self.texts += len(texts)
+            with self._count:
+                self.batches += 1
+                self.texts += len(texts)
             start = 0
             for job in jobs:
                 end = start + len(job.texts)
@@ -124,18 +139,27 @@ class MicroBatcher:
         self._drain()
 
     def _drain(self) -> None:
-        """Jobs queued behind the stop marker fail instead of waiting forever."""
+        """Jobs queued behind the stop marker fail instead of waiting forever; the other
+        lanes' stop markers go back for them."""
+        others = 0
         while True:
             try:
                 item = self._queue.get_nowait()
             except queue.Empty:
-                return
+                break
             if isinstance(item, _Job):
                 _send(item, BatcherClosed("the embedder is closed"))
+            else:
+                others += 1
+        for _ in range(others):
+            self._queue.put(_STOP)
 
     def close(self, timeout_s: float = 10.0) -> None:
         if self._closed:
             return
         self._closed = True
-        self._queue.put(_STOP)
-        self._thread.join(timeout_s)
+        for _ in self._threads:
+            self._queue.put(_STOP)
+        deadline = time.monotonic() + timeout_s
+        for thread in self._threads:
+            thread.join(max(deadline - time.monotonic(), 0.0))

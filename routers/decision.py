@@ -44,6 +44,7 @@ class TierDecision:
     score: float | None
     trail: tuple[str, ...]
     movable: bool = False  # ``auto`` without a forced tier: later rules may still move it
+    thresholds: tuple[float, float] | None = None  # what the score was mapped by
 
     def moved(self, tier: str, why: str) -> TierDecision:
         """The decision moved to ``tier`` (budget downgrade, failover), the move on its trail."""
@@ -104,7 +105,11 @@ def decide(
     requested_model: str,
     score: float | None = None,
     forced_tier: str | None = None,
+    thresholds: tuple[float, float] | None = None,
+    why: str = "thresholds",
 ) -> TierDecision:
+    """``thresholds``: the ones to route by (``routing.target_share`` learns them from
+    traffic, ``why`` says so in the trail); default ``routing.thresholds``."""
     trail: list[str] = []
     permitted = permitted_tiers(config, policy)
     if requested_model != "auto":
@@ -120,12 +125,16 @@ def decide(
         _check_explicit(found, permitted, f"serves {requested_model}")
         trail.append(f"model {requested_model} is served by tier {found}")
         return TierDecision(found, requested_model, score, tuple(trail))
+    used = None
     if score is None:
         tier = policy.default_tier
         trail.append(f"auto without a score: tenant default tier {tier}")
     else:
-        tier = tier_for_score(score, list(config.tiers), config.routing.thresholds)
-        trail.append(f"score {score:.3f} with thresholds {config.routing.thresholds}: {tier}")
+        bounds = thresholds or config.routing.thresholds
+        tier = tier_for_score(score, list(config.tiers), bounds)
+        shown = f"({bounds[0]:.3f}, {bounds[1]:.3f})" if thresholds else str(bounds)
+        trail.append(f"score {score:.3f} with {why} {shown}: {tier}")
+        used = bounds
     if forced_tier is not None:
         if forced_tier not in config.tiers:
             raise UnknownTier(forced_tier)
@@ -133,6 +142,6 @@ def decide(
             raise TierNotAllowed("this tenant may not force a tier with x-tiergate-tier")
         _check_explicit(forced_tier, permitted, "forced by header")
         trail.append(f"x-tiergate-tier forces {forced_tier}")
-        return TierDecision(forced_tier, None, score, tuple(trail))
+        return TierDecision(forced_tier, None, score, tuple(trail), thresholds=used)
     tier = _within_policy(tier, config, policy, trail)
-    return TierDecision(tier, None, score, tuple(trail), movable=True)
+    return TierDecision(tier, None, score, tuple(trail), movable=True, thresholds=used)

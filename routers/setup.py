@@ -8,6 +8,8 @@ from pathlib import Path
 
 from policies.schema import ClassifierConfig
 from routers.classifier import ComplexityClassifier, ComplexityModel
+from routers.embed_cache import CachedEmbedder
+from routers.embed_worker import ProcessEmbedder
 from routers.embedders import build_embedder
 from routers.embedding import SyncEmbedder
 
@@ -23,7 +25,7 @@ class RoutingModels:
 def build_routing(config: ClassifierConfig) -> RoutingModels:
     """Raises ``EmbedderUnavailable`` or ``ModelFormatError``; the caller decides to go on."""
     model = ComplexityModel.load(Path(config.model) if config.model else None)
-    embedder = build_embedder(config)
+    embedder = serving_embedder(config)
     if model.embedder != embedder.name:
         log.warning(
             "the complexity model was trained on %s vectors, the embedder is %s: "
@@ -32,3 +34,14 @@ def build_routing(config: ClassifierConfig) -> RoutingModels:
             embedder.name,
         )
     return RoutingModels(embedder, ComplexityClassifier(model))
+
+
+def serving_embedder(config: ClassifierConfig) -> SyncEmbedder:
+    """The configured embedder in ``workers`` processes (0: in this process), behind the
+    LRU of repeated prompts' vectors (``embedding_cache`` 0: none)."""
+    embedder: SyncEmbedder = (
+        ProcessEmbedder(config) if config.workers > 0 else build_embedder(config)
+    )
+    if config.embedding_cache > 0:
+        embedder = CachedEmbedder(embedder, config.embedding_cache)
+    return embedder

@@ -80,8 +80,15 @@ async def _overview(state: GatewayState, start: date, end: date) -> Response:
     except StoreUnavailable as exc:
         raise ServiceUnavailable("the ledger is unavailable") from exc
 
+    share = None
+    if state.shares is not None:
+        if state.config.routing.target_share is not None:
+            await state.shares.sync(state.config.routing, tiers)  # this replica's latest too
+        share = state.shares.report(state.config.routing, tiers)
+
     def build() -> dict[str, Any]:
         body = report.overview(aggregates, days_between(start, end), tenants, tiers)
+        body["tier_share"] = share  # target vs actual share per tier (routing.target_share)
         body["latency"] = report.latency(aggregates, tiers)
         limits = budget_limits(state.config)
         body["budgets"] = report.budget_rows(tenants, limits, today_aggs, month_aggs)

@@ -57,6 +57,7 @@ async def explain_route(request: Request, call: TenantDep) -> Response:
         stream=False,
         include_usage=False,
         forced_tier=request.headers.get("x-tiergate-tier"),
+        observe=False,  # an explanation is not traffic: it stays out of target_share
     )
     tier = state.config.tiers[routed.tier]
     complexity = routed.complexity
@@ -67,7 +68,7 @@ async def explain_route(request: Request, call: TenantDep) -> Response:
         "model": routed.decision.pinned_model or state.config.engines[tier.engines[0]].model,
         "score": None if complexity is None else complexity.score,
         "p_large": None if complexity is None else complexity.p_large,
-        "thresholds": list(state.config.routing.thresholds),
+        "thresholds": list(routed.decision.thresholds or state.config.routing.thresholds),
         "features": None if complexity is None else dict(complexity.features),
         "trail": list(routed.decision.trail),
     }

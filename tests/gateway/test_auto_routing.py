@@ -7,6 +7,7 @@ import asyncio
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -179,9 +180,13 @@ async def test_requests_interleave_while_classification_runs() -> None:
 
 
 def test_missing_embedder_package_falls_back_to_the_default_tier(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
-    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if not installed
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if not installed...
+    shadow = tmp_path / "onnxruntime"  # ...here and in the embedder worker it starts
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("raise ImportError('No module named onnxruntime')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
     config = classifier_config()
     config["tenants"]["acme"]["default_tier"] = "medium"
     with caplog.at_level("ERROR"), running_gateway(config) as gateway:
@@ -214,14 +219,17 @@ def test_default_config_routes_auto_with_the_shipped_classifier() -> None:
 
 
 def test_semantic_cache_and_classifier_share_one_embedder() -> None:
-    from routers.onnx_embedder import OnnxEmbedder
+    from routers.embed_cache import CachedEmbedder
+    from routers.embed_worker import ProcessEmbedder
 
     config = classifier_config()
     config["cache"] = {"semantic": True}
     with running_gateway(config) as gateway:
         assert gateway.state.cache is not None
-        embedder = gateway.state.embedder
-        assert isinstance(embedder, OnnxEmbedder)  # not a second (torch) embedder
+        shared = gateway.state.embedder
+        assert isinstance(shared, CachedEmbedder)  # not a second (torch) embedder
+        embedder = shared.inner
+        assert isinstance(embedder, ProcessEmbedder)
         before = embedder.batcher.texts
         answer = explain(gateway, TEST_KEY, chat(HARD))
         assert answer.status_code == 200 and answer.json()["score"] is not None

@@ -133,6 +133,11 @@ def check_charts(page: Any, want: Expected) -> None:
     ids = [rows.nth(i).locator("td").nth(5).inner_text() for i in range(rows.count())]
     assert ids == want.denials or (not want.denials and ids == ["No denials in this range."])
     assert page.locator("#kpi-cost").inner_text() == f"${want.cost:.2f}"
+    share = page.locator("#tier-share tbody tr")  # no target_share here: targets blank
+    cells = [share.nth(i).locator("td").all_inner_texts() for i in range(share.count())]
+    blank = "\u2013"  # the dashboard's dash for "no value"
+    assert [(c[0], c[1]) for c in cells] == [(t, blank) for t in ("small", "medium", "large")]
+    assert "thresholds 0.300 / 0.700 from thresholds" in page.locator("#share-caption").inner_text()
 
 
 def wait_loaded(page: Any, start: str, end: str) -> None:

@@ -42,7 +42,7 @@ async def test_concurrent_callers_are_batched_and_get_their_own_rows() -> None:
     assert sum(model.batch_sizes) == 20
     assert len(model.batch_sizes) < 20
     assert max(model.batch_sizes) <= 8
-    assert model.threads == {"tiergate-embed"}
+    assert model.threads == {"tiergate-embed-0"}  # one lane, one thread
 
 
 async def test_event_loop_keeps_running_while_a_batch_computes() -> None:

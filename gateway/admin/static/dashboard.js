@@ -107,6 +107,24 @@ function drawLatency(latency) {
   }), { scales: { y: { beginAtZero: true } } });
 }
 
+const pct = (v) => (v === null || v === undefined ? "–" : (100 * v).toFixed(1) + " %");
+
+function drawShare(share) {
+  const body = $("tier-share").tBodies[0];
+  body.replaceChildren();
+  if (!share) return;
+  for (const r of share.tiers) {
+    const tr = body.insertRow();
+    for (const text of [r.tier, pct(r.target), pct(r.actual), r.requests.toLocaleString()]) {
+      tr.insertCell().textContent = text;
+    }
+  }
+  const [low, high] = share.thresholds.map((v) => v.toFixed(3));
+  const hours = (share.window_s / 3600).toFixed(1);
+  $("share-caption").textContent = `Tier share: target vs actual, last ${hours} h ` +
+    `(${share.samples} scores; thresholds ${low} / ${high} from ${share.source.replace("_", " ")})`;
+}
+
 function drawDenials(denials) {
   const body = $("denials").tBodies[0];
   body.replaceChildren();
@@ -131,6 +149,7 @@ async function refresh() {
     const [overview, denials] = await Promise.all([getJSON("overview"), getJSON("denials")]);
     drawOverview(overview);
     drawLatency(overview.latency);
+    drawShare(overview.tier_share);
     drawDenials(denials.denials);
     $("status").textContent = `${overview.range.start} to ${overview.range.end} (UTC), updated ${new Date().toLocaleTimeString()}`;
     document.body.dataset.loaded = `${overview.range.start}/${overview.range.end}`;

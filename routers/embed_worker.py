@@ -1,0 +1,195 @@
+"""The embedder in worker processes, so MiniLM never runs on the event loop's core.
+
+Why processes: a worker thread still holds the GIL while the tokenizer and the ONNX
+session's Python glue run, so at high request rates the model takes turns with the event
+loop. Each worker is ``python -m routers.embed_worker FD``: it builds the configured
+in-process embedder and answers batches over a pipe. The parent keeps the micro-batching
+(one batcher lane per worker) and the one-embedding-per-request sharing.
+
+A worker that dies, or takes longer than ``worker_timeout_s`` over one batch, is killed
+and started again; the callers of that batch get ``EmbeddingFailed`` (their requests go
+to the default tier), never a hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from multiprocessing.connection import Connection, Pipe
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from policies.schema import ClassifierConfig
+from routers.batching import EmbeddingFailed, MicroBatcher
+from routers.embedding import EmbedderUnavailable
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 120.0  # the first start may export the ONNX graph
+
+
+class EmbedWorker:
+    """One worker process and its end of the pipe; ``embed`` is called from one thread
+    at a time (a batcher lane; ``embed_sync`` callers take the lock too)."""
+
+    def __init__(self, config: ClassifierConfig) -> None:
+        self.config = config
+        self.lock = threading.Lock()
+        self.restarts = 0
+        self.name = ""
+        self.dim = 0
+        self._popen: subprocess.Popen[bytes] | None = None
+        self._conn: Connection | None = None
+        self._start()
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._popen is None else self._popen.pid
+
+    def _start(self) -> None:
+        parent, child = Pipe()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self._popen = subprocess.Popen(
+            [sys.executable, "-m", "routers.embed_worker", str(child.fileno())],
+            pass_fds=(child.fileno(),),
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+        child.close()
+        self._conn = parent
+        try:
+            parent.send(self.config.model_dump(mode="json"))
+            if not parent.poll(START_TIMEOUT_S):
+                raise EmbedderUnavailable("the embedder worker did not start in time")
+            kind, payload = parent.recv()
+        except (EOFError, OSError) as exc:
+            self._kill()
+            raise EmbedderUnavailable(f"the embedder worker exited while starting: {exc}") from exc
+        if kind != "ready":
+            self._kill()
+            raise EmbedderUnavailable(f"embedder worker: {payload}")
+        self.name, self.dim = payload
+        log.info("embedder worker %d ready (%s)", self._popen.pid, self.name)
+
+    def _kill(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._popen is not None:
+            self._popen.kill()
+            self._popen.wait()
+            self._popen = None
+
+    def _restart(self, why: str) -> None:
+        log.warning("embedder worker %s %s: restarting it", self.pid, why)
+        self._kill()
+        self.restarts += 1
+        try:
+            self._start()
+        except EmbedderUnavailable as exc:  # the next batch tries again
+            log.error("embedder worker restart failed: %s", exc)
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        with self.lock:
+            if self._conn is None:
+                self._restart("is not running")
+            conn = self._conn
+            if conn is None:
+                raise EmbeddingFailed("no embedder worker is running")
+            try:
+                conn.send(list(texts))
+                if not conn.poll(self.config.worker_timeout_s):
+                    self._restart(f"took over {self.config.worker_timeout_s} s on one batch")
+                    raise EmbeddingFailed("the embedder worker was stuck (restarted)")
+                kind, payload = conn.recv()
+            except (EOFError, OSError) as exc:
+                self._restart(f"died ({type(exc).__name__})")
+                raise EmbeddingFailed("the embedder worker died (restarted)") from exc
+        if kind != "vectors":
+            raise EmbeddingFailed(str(payload))
+        vectors: npt.NDArray[np.float32] = payload
+        return vectors
+
+    def close(self) -> None:
+        with self.lock:
+            self._kill()
+
+
+class ProcessEmbedder:
+    """``config.workers`` embedder processes behind one micro-batcher (a lane each)."""
+
+    def __init__(self, config: ClassifierConfig) -> None:
+        self.workers: list[EmbedWorker] = []
+        try:
+            for _ in range(config.workers):
+                self.workers.append(EmbedWorker(config))
+        except EmbedderUnavailable:
+            for worker in self.workers:
+                worker.close()
+            raise
+        first = self.workers[0]
+        self.name, self.dim = first.name, first.dim
+        self._batcher = MicroBatcher(
+            [w.embed for w in self.workers], config.max_batch, config.max_wait_ms
+        )
+
+    @property
+    def batcher(self) -> MicroBatcher:
+        return self._batcher
+
+    @property
+    def pids(self) -> list[int]:
+        return [pid for pid in (w.pid for w in self.workers) if pid is not None]
+
+    def embed_sync(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        return self.workers[0].embed(texts)
+
+    async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        return await self._batcher.submit(texts)
+
+    def close(self) -> None:
+        self._batcher.close()
+        for worker in self.workers:
+            worker.close()
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)
+
+
+def _serve(conn: Connection) -> None:
+    from routers.embedders import build_embedder
+
+    # Ctrl-C reaches the whole process group: the gateway stops its workers itself (a
+    # closed pipe ends this loop), so they outlive neither it nor its shutdown.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    spec = ClassifierConfig.model_validate(conn.recv())
+    try:
+        embedder = build_embedder(spec.model_copy(update={"workers": 0, "embedding_cache": 0}))
+    except EmbedderUnavailable as exc:
+        conn.send(("error", str(exc)))
+        return
+    conn.send(("ready", (embedder.name, embedder.dim)))
+    try:
+        while True:
+            try:
+                texts: Any = conn.recv()
+            except EOFError:  # the gateway closed its end: stop
+                return
+            try:
+                conn.send(("vectors", embedder.embed_sync(texts)))
+            except (RuntimeError, ValueError, MemoryError, TypeError) as exc:
+                conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        asyncio.run(embedder.aclose())
+
+
+if __name__ == "__main__":
+    _serve(Connection(int(sys.argv[1])))
