@@ -80,10 +80,29 @@ def test_a_body_that_arrives_too_slowly_is_408() -> None:
                 b"Content-Type: application/json\r\nContent-Length: 500\r\n\r\n{"
             )
             sock.settimeout(5)
-            head = sock.recv(4096)
+            head = _read_response(sock)
         assert head.startswith(b"HTTP/1.1 408")
         assert b'"code":"request_timeout"' in head
         assert gateway.call(_held(gateway)) == 0
+
+
+def _read_response(sock: socket.socket) -> bytes:
+    """Head and body: the body may come in a later segment than the head."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(4096)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        more = sock.recv(4096)
+        if not more:
+            break
+        body += more
+    return head + b"\r\n\r\n" + body
 
 
 async def _inflight(gateway: Any) -> int:
