@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import hashlib
 import logging
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
+from pathlib import Path
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI
 from opentelemetry.sdk.trace import TracerProvider
@@ -47,7 +51,8 @@ from gateway.throttle import GuessThrottle
 from gateway.tracing import open_tracing
 from policies.key_directory import KeyDirectory
 from policies.schema import GatewayConfig, PoolSpec
-from policies.store import StoreUnavailable
+from policies.settle_journal import SettleJournal
+from policies.store import Store, StoreUnavailable
 from policies.stores import (
     open_audit,
     open_budget_store,
@@ -82,13 +87,16 @@ async def build_state(
         )
         for tier_name, tier in config.tiers.items()
     }
-    ledger = open_ledger(store)
+    ledger = open_ledger(config, store)
     notes: list[str] = []
     routing = await _load_classifier(config, notes)
     shared = routing.embedder if routing is not None else None
     cache, embedder = await open_cache(config, store, shared)
     keyring = KeyRing.from_config(config)
     keys = KeyDirectory(open_key_store(store), config, keyring)
+    budgets = open_budget_store(config, store, ledger)
+    journal = SettleJournal(budgets, journal_dir(config, store))
+    await asyncio.to_thread(journal.open)
     state = GatewayState(
         config=config,
         keyring=keyring,
@@ -98,10 +106,11 @@ async def build_state(
         pools=pools,
         metrics=GatewayMetrics(config),
         tracing=open_tracing(tracer_provider),
-        budgets=open_budget_store(config, store, ledger),
+        budgets=budgets,
         limiter=open_rate_limiter(config, store),
         keys=keys,
         audit=open_audit(store),
+        journal=journal,
         cache=cache,
         embedder=embedder or shared,  # one embedder: the cache and the classifier share it
         classifier=routing.classifier if routing is not None else None,
@@ -111,6 +120,30 @@ async def build_state(
         ),
     )
     return state
+
+
+def journal_dir(config: GatewayConfig, store: Store) -> Path | None:
+    """Where this process journals refused settles (None in process: that store never
+    refuses, and nothing outlives the process anyway)."""
+    if store.kind == "memory" or config.redis_url is None:
+        return None
+    if config.budgets.journal_dir is not None:
+        root = Path(config.budgets.journal_dir).expanduser()
+    else:
+        state_dir = os.environ.get("TIERGATE_STATE_DIR") or "~/.local/state/tiergate"
+        root = Path(state_dir).expanduser() / "journal"
+    # One folder per Redis and key prefix: a journal is only ever replayed into the store
+    # it was written for (the URL's password is not part of the name).
+    where = urlsplit(config.redis_url)
+    server = f"{where.hostname}:{where.port}{where.path}|{config.redis_prefix}"
+    return root / hashlib.sha256(server.encode()).hexdigest()[:16]
+
+
+async def replay_journal(state: GatewayState) -> None:
+    """What an earlier run (or a dead neighbour) could not settle, then every period."""
+    if state.journal.pending:
+        await state.journal.replay()
+    await state.journal.run(state.config.budgets.journal_replay_s)
 
 
 async def poll_keys(state: GatewayState) -> None:
@@ -164,6 +197,9 @@ async def close_state(state: GatewayState) -> None:
     replicas = [r for group in state.replicas.values() for r in group]
     await asyncio.gather(*(r.aclose() for r in replicas), return_exceptions=True)
     await close_cache(state.cache, state.embedder)
+    if state.journal.pending:  # one last try; what is left is replayed at the next start
+        await state.journal.replay()
+    state.journal.close()
     await state.store.aclose()
     await asyncio.to_thread(state.tracing.shutdown)
 
@@ -189,6 +225,7 @@ def create_app(
         reloads: set[asyncio.Task[None]] = set()
         hup = config_source is not None and install_sighup(state, reloads)
         key_poller = asyncio.create_task(poll_keys(state))
+        replayer = asyncio.create_task(replay_journal(state))
         state.ready = True
         # Long-lived startup objects leave the GC's young generations: shorter pauses later.
         gc.collect()
@@ -199,7 +236,8 @@ def create_app(
         finally:
             state.ready = False
             key_poller.cancel()
-            await asyncio.gather(key_poller, return_exceptions=True)
+            replayer.cancel()
+            await asyncio.gather(key_poller, replayer, return_exceptions=True)
             if hup:
                 remove_sighup()
             await cluster.aclose()

@@ -195,14 +195,12 @@ async def settle(
     """Charge the outcome's cost against the reservation and append its ledger event."""
     event = spend_event(routed, outcome, ticket.downgraded)
     reservation = ticket.held.reservation
-    try:
-        if reservation is None:
-            await state.ledger.record(event)
-        else:
-            await state.budgets.settle(reservation, outcome.cost_usd, event)
-    except StoreUnavailable as exc:
-        # The hold lapses at its deadline; the spend is lost to the counters.
-        log.error("could not settle %s (%.8f USD): %s", routed.request_id, outcome.cost_usd, exc)
+    # What the store refuses now is journaled and settled once it is back, never lost.
+    if reservation is None:  # failed open: no hold, but the counters still get the spend
+        scopes = budget_scopes(routed.config, routed.principal)
+        await state.journal.charge(routed.request_id, scopes, outcome.cost_usd, event)
+    else:
+        await state.journal.settle(reservation, outcome.cost_usd, event)
     if ticket.headers:
         await correct_tokens(state, routed, ticket.rate_tokens, outcome.usage.total_tokens)
 

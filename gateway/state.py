@@ -19,6 +19,7 @@ from policies.key_directory import KeyDirectory
 from policies.ledger import Ledger
 from policies.ratelimit import RateLimiter
 from policies.schema import GatewayConfig
+from policies.settle_journal import SettleJournal
 from policies.store import Store
 from policies.tenants import KeyRing
 from routers.classifier import Classifier
@@ -39,6 +40,7 @@ class GatewayState:
     limiter: RateLimiter
     keys: KeyDirectory  # YAML keys and API-managed ones: ``await keys.authenticate(raw)``
     audit: AuditLog
+    journal: SettleJournal  # settles the store refuses wait here (and on disk) until it is back
     cache: PromptCache | None = None
     embedder: Embedder | None = None  # shared by the classifier and the semantic cache
     ready: bool = False

@@ -111,6 +111,18 @@ class BudgetStore(Protocol):
         """Charge ``cost_usd``, drop the hold and append ``event``; once per request id."""
         ...
 
+    async def charge(
+        self,
+        request_id: str,
+        scopes: Sequence[Scope],
+        cost_usd: float,
+        event: SpendEvent | None = None,
+    ) -> bool:
+        """Charge spend that ran without a hold (its tenant failed open while the store was
+        down) to every scope's current window, cap or no cap: the money is already spent.
+        Once per request id, like ``settle``."""
+        ...
+
     async def extend(self, reservation: Reservation) -> bool:
         """Push a live hold's deadline one TTL from now (a long request's heartbeat);
         False when the hold is gone (settled, or already lapsed)."""

@@ -15,11 +15,10 @@ from policies.budget import (
     to_nano,
     to_usd,
     window_field,
+    window_ids,
 )
 from policies.ledger import MemoryLedger, SpendEvent
 from policies.schema import BudgetSpec
-
-SETTLED_KEEP_S = 86_400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +38,7 @@ class MemoryBudgetStore:
         self._held: dict[str, int] = {}
         self._holds: dict[str, _Hold] = {}
         self._settled: dict[str, float] = {}
+        self._windows: tuple[str, str] = ("", "")  # the day and month ids counted in
 
     def _release(self, request_id: str) -> None:
         hold = self._holds.pop(request_id, None)
@@ -100,22 +100,59 @@ class MemoryBudgetStore:
             return False
         self._purge(clock)
         amount = to_nano(cost_usd)
+        self._prune_windows(clock)
         for field in reservation.fields:
             self._spent[field] = self._spent.get(field, 0) + amount
-        self._settled[reservation.request_id] = clock
-        # Oldest first (insertion order): drop from the front, so each settle costs O(1)
-        # amortised; a scan of every id settled in the last day was half the CPU of a
-        # passthrough request at 1,000 req/s (bench/overhead.py).
-        cutoff = clock - SETTLED_KEEP_S
+        self._remember(reservation.request_id, clock)
+        if event is not None:
+            # MemoryLedger.record never awaits, so this stays one uninterrupted step.
+            await self.ledger.record(event)
+        return True
+
+    async def charge(
+        self,
+        request_id: str,
+        scopes: Sequence[Scope],
+        cost_usd: float,
+        event: SpendEvent | None = None,
+    ) -> bool:
+        clock = time.time()
+        if request_id in self._settled:
+            return False
+        self._prune_windows(clock)
+        amount = to_nano(cost_usd)
+        for scope in scopes:
+            limit, _ = self._limit(scope)
+            field = window_field(scope.name, "total" if limit is None else limit.window, clock)
+            self._spent[field] = self._spent.get(field, 0) + amount
+        self._remember(request_id, clock)
+        if event is not None:
+            await self.ledger.record(event)
+        return True
+
+    def _remember(self, request_id: str, clock: float) -> None:
+        """A settled id is kept for one reservation TTL: long enough for a retried settle
+        (or a late one from a replica that lost its hold) to be a no-op, and no longer, so
+        memory is bounded by the request rate times the TTL. Oldest first (insertion
+        order): drop from the front, O(1) amortised per settle."""
+        self._settled[request_id] = clock
+        cutoff = clock - self.ttl_s
         while self._settled:
             oldest = next(iter(self._settled))
             if self._settled[oldest] >= cutoff:
                 break
             del self._settled[oldest]
-        if event is not None:
-            # MemoryLedger.record never awaits, so this stays one uninterrupted step.
-            await self.ledger.record(event)
-        return True
+
+    def _prune_windows(self, clock: float) -> None:
+        """On a new day, forget the counters of windows before the previous one: nothing
+        reads them (status and reserve count in the current window only)."""
+        windows = window_ids(clock)
+        if windows == self._windows:
+            return
+        keep = {*windows, *self._windows, "total"}
+        self._windows = windows
+        for field in [f for f in self._spent if f.rpartition("|")[2] not in keep]:
+            del self._spent[field]
 
     async def extend(self, reservation: Reservation) -> bool:
         clock = time.time()

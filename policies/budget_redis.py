@@ -13,7 +13,7 @@ Keys (``P`` = ``<redis_prefix>:{ledger}:budget``):
   P:held       hash  scope|window -> nano-USD held by live reservations
   P:holds      hash  request id -> "amount<TAB>choice<TAB>field<TAB>field..."
   P:deadlines  zset  request id by expiry (ms): every call purges what has lapsed
-  P:settled    zset  request id by settle time (ms): a second settle is a no-op
+  P:settled    zset  request id by settle time (ms), kept one TTL: a second settle is a no-op
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from policies.ledger import SpendEvent
 from policies.ledger_redis import RECORD_FUNCTION, RedisLedger
 from policies.schema import BudgetSpec
 
-SETTLED_KEEP_MS = 86_400_000
 PURGE_BATCH = 256
 
 # The UTC calendar date of a count of days since 1970-01-01 (H. Hinnant's algorithm).
@@ -162,10 +161,35 @@ purge(KEYS[2], KEYS[3], KEYS[4])
 local n = tonumber(ARGV[3])
 for i = 4, 3 + n do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[2]) end
 redis.call('ZADD', KEYS[5], now, rid)
-redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now - SETTLED_KEEP_MS)
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now - KEEP_MS)
 if ARGV[4 + n] == '1' then record_event(KEYS[6], KEYS[7], 5 + n) end
 return 1
-""".replace("SETTLED_KEEP_MS", str(SETTLED_KEEP_MS))
+"""
+)
+
+# KEYS: limits spent settled events agg
+# ARGV: rid cost_nano nscopes (name window)... has_event [ledger args...]
+_CHARGE = (
+    _COMMON
+    + RECORD_FUNCTION
+    + """
+local rid = ARGV[1]
+if redis.call('ZSCORE', KEYS[3], rid) then return 0 end
+local i = 4
+for s = 1, tonumber(ARGV[3]) do
+  local name, window = ARGV[i], ARGV[i + 1]
+  i = i + 2
+  local override = redis.call('HGET', KEYS[1], name)
+  if override then window = string.sub(override, string.find(override, ' ', 1, true) + 1) end
+  local wid = 'total'
+  if window == 'daily' then wid = day_id elseif window == 'monthly' then wid = month_id end
+  redis.call('HINCRBY', KEYS[2], name .. '|' .. wid, ARGV[2])
+end
+redis.call('ZADD', KEYS[3], now, rid)
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - KEEP_MS)
+if ARGV[i] == '1' then record_event(KEYS[4], KEYS[5], i + 1) end
+return 1
+"""
 )
 
 # KEYS: holds deadlines   ARGV: rid ttl_ms
@@ -201,7 +225,9 @@ class RedisBudgetStore:
         self.deadlines_key = f"{base}:deadlines"
         self.settled_key = f"{base}:settled"
         self._reserve = self.store.script(_RESERVE)
-        self._settle = self.store.script(_SETTLE)
+        # Settled ids are kept one TTL (a retried or late settle is a no-op), no longer.
+        self._settle = self.store.script(_SETTLE.replace("KEEP_MS", str(self.ttl_ms)))
+        self._charge = self.store.script(_CHARGE.replace("KEEP_MS", str(self.ttl_ms)))
         self._purge = self.store.script(_PURGE)
         self._extend = self.store.script(_EXTEND)
 
@@ -261,6 +287,25 @@ class RedisBudgetStore:
             keys += self.ledger.record_keys(event)
             argv += ["1", *self.ledger.record_argv(event)]
         return bool(await self._settle("budget settle", keys, argv))
+
+    async def charge(
+        self,
+        request_id: str,
+        scopes: Sequence[Scope],
+        cost_usd: float,
+        event: SpendEvent | None = None,
+    ) -> bool:
+        keys = [self.limits_key, self.spent_key, self.settled_key]
+        argv: list[str | int] = [request_id, to_nano(cost_usd), len(scopes)]
+        for scope in scopes:
+            argv += [scope.name, "total" if scope.limit is None else scope.limit.window]
+        if event is None:
+            keys += [self.ledger.events_key, self.ledger.events_key]
+            argv.append("0")
+        else:
+            keys += self.ledger.record_keys(event)
+            argv += ["1", *self.ledger.record_argv(event)]
+        return bool(await self._charge("budget charge", keys, argv))
 
     async def extend(self, reservation: Reservation) -> bool:
         keys = [self.holds_key, self.deadlines_key]

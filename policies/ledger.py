@@ -7,6 +7,7 @@ The dashboard and the admin API read this. ``MemoryLedger`` (one process) is her
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, date, datetime, timedelta
@@ -116,17 +117,26 @@ class Ledger(Protocol):
 
 
 class MemoryLedger:
-    """Single-process ledger with the same contract."""
+    """Single-process ledger with the same contract, in bounded memory: per-day aggregates
+    (every request is counted there) for ``retention_days``, and only the newest
+    ``max_events`` events themselves (the dashboard reads a few hundred)."""
 
-    def __init__(self, *, max_events: int = 100_000) -> None:
+    def __init__(self, *, max_events: int = 10_000, retention_days: int = 400) -> None:
         self.max_events = max_events
-        self._events: list[SpendEvent] = []
+        self.retention_days = retention_days
+        self._events: deque[SpendEvent] = deque(maxlen=max_events)
         self._aggregates: dict[tuple[str, str], dict[str, float]] = {}
+        self._newest_day = ""
 
     async def record(self, event: SpendEvent) -> None:
         self._events.append(event)
-        del self._events[: max(len(self._events) - self.max_events, 0)]
-        values = self._aggregates.setdefault((event.tenant, day_of(event.ts)), {})
+        day = day_of(event.ts)
+        if day > self._newest_day:  # a new day: drop the days past retention
+            self._newest_day = day
+            oldest = (date.fromisoformat(day) - timedelta(days=self.retention_days)).isoformat()
+            for key in [k for k in self._aggregates if k[1] < oldest]:
+                del self._aggregates[key]
+        values = self._aggregates.setdefault((event.tenant, day), {})
         for name, amount in event.increments().items():
             values[name] = values.get(name, 0.0) + amount
 

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from policies.schema import GatewayConfig
+from policies.schema import GatewayConfig, key_conflicts
 
 _ENV_REF = re.compile(r"\$\{([A-Z0-9_]+)(?::-([^}]*))?\}")
 
@@ -75,14 +75,21 @@ def parse_config(text: str, file: str = "<string>") -> GatewayConfig:
     if not isinstance(data, dict):
         raise ConfigError([Problem(file, 1, "", "the file must hold a mapping")])
     try:
-        return GatewayConfig.model_validate(data)
+        config = GatewayConfig.model_validate(data)
     except ValidationError as exc:
         problems = []
         for error in exc.errors():
             loc = tuple(p for p in error["loc"] if not str(p).startswith("function-after"))
-            field = ".".join(str(p) for p in loc)
-            problems.append(Problem(file, _line_of(node, loc), field, error["msg"]))
+            problems.append(_problem(file, node, loc, error["msg"]))
         raise ConfigError(problems) from exc
+    conflicts = key_conflicts(config)
+    if conflicts:
+        raise ConfigError([_problem(file, node, loc, message) for loc, message in conflicts])
+    return config
+
+
+def _problem(file: str, node: yaml.Node | None, loc: tuple[int | str, ...], msg: str) -> Problem:
+    return Problem(file, _line_of(node, loc), ".".join(str(p) for p in loc), msg)
 
 
 def load_config(path: str | Path) -> GatewayConfig:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 DEFAULT_TIERS = ("small", "medium", "large")
+
+# Tenant names and key ids become budget scopes (``key:TENANT:ID``), Redis key parts and
+# metric labels: no separators (``:``, ``|``), whitespace or control characters, so two
+# different names can never spell the same scope.
+NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
+Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 
 
 class Frozen(BaseModel):
@@ -134,7 +140,7 @@ class RateLimitSpec(Frozen):
 
 
 class ApiKey(Frozen):
-    id: str
+    id: Name
     budget: BudgetSpec | None = None
     rate_limit: RateLimitSpec | None = None
     sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
@@ -290,7 +296,21 @@ class BudgetsConfig(Frozen):
     # The completion cap used (and enforced) when a request sets no max_tokens and neither
     # max_output_tokens[model] nor the engine's default_max_tokens option gives one.
     default_max_output_tokens: int = Field(4096, ge=1)
+    # Where settles the Redis store refuses are journaled until it takes them (one file
+    # per process; unset: $TIERGATE_STATE_DIR/journal, else ~/.local/state/tiergate/journal).
+    journal_dir: str | None = None
+    journal_replay_s: float = Field(1.0, gt=0)
     max_output_tokens: dict[str, int] = Field(default_factory=dict)
+
+
+class LedgerConfig(Frozen):
+    """How much of the spend ledger is kept; totals live in per-day aggregates either way."""
+
+    # Redis: the event stream keeps about this many newest events (approximate trim).
+    stream_max_events: int = Field(1_000_000, ge=1000)
+    # One process: only the newest events (the dashboard shows a few hundred of them).
+    memory_events: int = Field(10_000, ge=100)
+    retention_days: int = Field(400, ge=1, le=3660)  # per-day aggregates
 
 
 class GatewayConfig(Frozen):
@@ -306,10 +326,11 @@ class GatewayConfig(Frozen):
     redis_timeout_s: float = Field(0.5, gt=0)
     redis_max_connections: int = Field(64, ge=1)
     budgets: BudgetsConfig = BudgetsConfig()
+    ledger: LedgerConfig = LedgerConfig()
     engines: dict[str, EngineSpec] = Field(min_length=1)
     tiers: dict[str, TierSpec] = Field(min_length=1)
     prices: dict[str, Price] = Field(default_factory=dict)
-    tenants: dict[str, TenantSpec] = Field(default_factory=dict)
+    tenants: dict[Name, TenantSpec] = Field(default_factory=dict)
     routing: RoutingConfig = RoutingConfig()
     admin: AdminConfig = AdminConfig()
     metrics: MetricsConfig = MetricsConfig()
@@ -359,3 +380,30 @@ class GatewayConfig(Frozen):
 
     def models(self) -> list[str]:
         return sorted({spec.model for spec in self.engines.values()})
+
+
+Location = tuple[str | int, ...]
+
+
+def key_conflicts(config: GatewayConfig) -> list[tuple[Location, str]]:
+    """Keys that cannot be told apart: a repeated id within a tenant (one budget scope for
+    two keys), or one digest (or one ``from_env`` variable) given to two keys."""
+    problems: list[tuple[Location, str]] = []
+    owner: dict[str, str] = {}
+    for tenant_name, tenant in config.tenants.items():
+        ids: set[str] = set()
+        for index, key in enumerate(tenant.keys):
+            where: Location = ("tenants", tenant_name, "keys", index)
+            if key.id in ids:
+                problems.append(((*where, "id"), f"key id {key.id!r} appears twice in this tenant"))
+            ids.add(key.id)
+            source = f"sha256 {key.sha256}" if key.sha256 else f"from_env {key.from_env}"
+            field = "sha256" if key.sha256 else "from_env"
+            label = f"tenant {tenant_name!r} key {key.id!r}"
+            if source in owner:
+                problems.append(
+                    ((*where, field), f"the same key as {owner[source]}: two keys share one digest")
+                )
+            else:
+                owner[source] = label
+    return problems

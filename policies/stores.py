@@ -52,16 +52,20 @@ def open_store(config: GatewayConfig) -> Store:
     return MemoryStore(root=config.redis_prefix)
 
 
-def _memory_ledger(store: Store) -> Ledger:
+def _memory_ledger(config: GatewayConfig, store: Store) -> Ledger:
     from policies.ledger import MemoryLedger
 
-    return MemoryLedger()
+    kept = config.ledger
+    return MemoryLedger(max_events=kept.memory_events, retention_days=kept.retention_days)
 
 
-def _redis_ledger(store: Store) -> Ledger:
+def _redis_ledger(config: GatewayConfig, store: Store) -> Ledger:
     from policies.ledger_redis import RedisLedger
 
-    return RedisLedger(redis_owner(store))
+    kept = config.ledger
+    return RedisLedger(
+        redis_owner(store), max_events=kept.stream_max_events, retention_days=kept.retention_days
+    )
 
 
 def _memory_budgets(config: GatewayConfig, store: Store, ledger: Ledger) -> BudgetStore:
@@ -114,7 +118,7 @@ def _redis_audit(store: Store) -> AuditLog:
     return RedisAuditLog(redis_owner(store))
 
 
-LEDGERS: Mapping[str, Callable[[Store], Ledger]] = {
+LEDGERS: Mapping[str, Callable[[GatewayConfig, Store], Ledger]] = {
     "memory": _memory_ledger,
     "redis": _redis_ledger,
 }
@@ -146,8 +150,8 @@ def pick(registry: Mapping[str, T], seam: str, kind: str) -> T:
         raise UnknownStoreKind(f"no {seam} for store {kind!r}; known: {known}") from None
 
 
-def open_ledger(store: Store) -> Ledger:
-    return pick(LEDGERS, "ledger", store.kind)(store)
+def open_ledger(config: GatewayConfig, store: Store) -> Ledger:
+    return pick(LEDGERS, "ledger", store.kind)(config, store)
 
 
 def open_budget_store(config: GatewayConfig, store: Store, ledger: Ledger) -> BudgetStore:

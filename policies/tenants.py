@@ -64,6 +64,13 @@ class KeyRing:
                         )
                     digest = hash_key(raw)
                 assert digest is not None
+                if digest in by_digest:
+                    # Two keys with one digest: which tenant pays would depend on file order.
+                    first = by_digest[digest]
+                    raise ValueError(
+                        f"tenant {tenant_name!r} key {key.id!r} is the same key as tenant "
+                        f"{first.tenant!r} key {first.key_id!r}"
+                    )
                 by_digest[digest] = Principal(
                     tenant_name, key.id, tenant, key.budget, key.rate_limit
                 )

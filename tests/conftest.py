@@ -30,3 +30,9 @@ def redis_cluster() -> Iterator[RedisClusterProcess]:
     """A 3-master Redis Cluster (Redis 8) for the whole session, on free loopback ports."""
     with redis_cluster_process() as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session", autouse=True)
+def state_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Settle journals (gateway/app.py) go under a temporary folder, never into $HOME."""
+    os.environ.setdefault("TIERGATE_STATE_DIR", str(tmp_path_factory.mktemp("state")))

@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import pytest
 
@@ -193,3 +194,25 @@ async def test_runtime_override_wins_and_reset_restores(backend: Backend) -> Non
 async def test_uncapped_scopes_always_fit(backend: Backend) -> None:
     held = await backend.budgets.reserve("r1", scopes(None), [1e6])
     assert isinstance(held, Reservation) and held.amount_usd == pytest.approx(1e6)
+
+
+async def test_a_fail_open_charge_counts_once_even_past_the_cap(backend: Backend) -> None:
+    store = backend.budgets
+    held = await store.reserve("r1", scopes(1.0), [0.8])
+    assert isinstance(held, Reservation)
+    # Ran while the store was down (no hold): the money is spent, cap or no cap.
+    assert await store.charge("open-1", scopes(1.0), 0.5, event("open-1", 0.5))
+    assert not await store.charge("open-1", scopes(1.0), 0.5, event("open-1", 0.5))
+    status = {s.scope: s for s in await store.status(scopes(1.0))}
+    assert status["tenant:acme"].spent_usd == pytest.approx(0.5)
+    assert status["tenant:acme"].held_usd == pytest.approx(0.8)
+    assert status[GLOBAL_SCOPE].spent_usd == pytest.approx(0.5)
+    assert isinstance(await store.reserve("r2", scopes(1.0), [0.1]), Denied)
+    assert await store.settle(held, 0.2)
+    await store.set_limit("tenant:acme", BudgetSpec(limit_usd=9.0, window="total"))
+    assert await store.charge("open-2", scopes(1.0), 0.25)  # counts in the override's window
+    (tenant,) = [s for s in await store.status(scopes(1.0)) if s.scope == "tenant:acme"]
+    assert (tenant.window, tenant.spent_usd) == ("total", pytest.approx(0.25))
+    assert await store.active_holds() == 0
+    days = await backend.ledger.daily(["acme"], *[datetime.now(UTC).date()] * 2)
+    assert days[0].get("cost_usd") == pytest.approx(0.5)  # the one charge with an event

@@ -91,3 +91,71 @@ def test_env_references_expand(monkeypatch: pytest.MonkeyPatch) -> None:
         "replicas: 0", "replicas: 1"
     ).replace("input: -1", "input: 1").replace("    fallback: nowhere\n", "")
     assert parse_config(text).redis_url == "redis://example:1/2"
+
+
+TENANTS = """\
+engines:
+  a: {backend: fake, model: m}
+tiers:
+  small: {engines: [a]}
+prices:
+  m: {input: 1, output: 1}
+tenants:
+"""
+DIGEST = "ab" * 32
+
+
+@pytest.mark.parametrize(
+    ("name", "key_id"),
+    [("a:b", "k1"), ("acme", "k:1"), ("ac me", "k1"), ("acme", "k\t1"), ("acme", "k|1"), ("", "k")],
+)
+def test_tenant_and_key_names_cannot_spell_another_scope(name: str, key_id: str) -> None:
+    text = TENANTS + f'  "{name}":\n    keys:\n      - {{id: "{key_id}", sha256: {DIGEST}}}\n'
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, "names.yaml")
+    problem = info.value.problems[0]  # (pydantic adds "keys: at least 1 item" for a bad id)
+    assert "pattern" in problem.message and problem.field.startswith("tenants.")
+    assert problem.line == (10 if name == "acme" else 8)
+
+
+def test_two_keys_with_one_digest_are_a_config_error(tmp_path: Path) -> None:
+    text = TENANTS + (
+        "  acme:\n"
+        "    keys:\n"
+        f"      - {{id: k1, sha256: {DIGEST}}}\n"
+        "      - {id: k1, from_env: ACME_KEY}\n"
+        "  globex:\n"
+        "    keys:\n"
+        f"      - {{id: g1, sha256: {DIGEST}}}\n"
+        "      - {id: g2, from_env: ACME_KEY}\n"
+    )
+    path = tmp_path / "dupes.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    found = {(p.field, p.line): p.message for p in info.value.problems}
+    assert set(found) == {
+        ("tenants.acme.keys.1.id", 11),
+        ("tenants.globex.keys.0.sha256", 14),
+        ("tenants.globex.keys.1.from_env", 15),
+    }
+    assert "tenant 'acme' key 'k1'" in found[("tenants.globex.keys.0.sha256", 14)]
+    result = subprocess.run(
+        [PYTHON, "-m", "gateway", "check-config", str(path)],
+        capture_output=True, text=True, env=subprocess_env(), timeout=60,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert f"{path}:14: tenants.globex.keys.0.sha256: the same key as" in result.stderr
+
+
+def test_two_environment_keys_with_one_value_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from policies.tenants import KeyRing
+
+    monkeypatch.setenv("FIRST_KEY", "tg-same-value-0123456789")
+    monkeypatch.setenv("SECOND_KEY", "tg-same-value-0123456789")
+    text = TENANTS + (
+        "  acme:\n    keys: [{id: k1, from_env: FIRST_KEY}]\n"
+        "  globex:\n    keys: [{id: g1, from_env: SECOND_KEY}]\n"
+    )
+    with pytest.raises(ValueError, match="tenant 'globex' key 'g1' is the same key as tenant"):
+        KeyRing.from_config(parse_config(text))
