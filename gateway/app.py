@@ -33,9 +33,11 @@ from gateway.openapi import ADMIN_ERRORS, GatewayApp
 from gateway.reload import install_sighup, remove_sighup
 from gateway.reload_bus import reload_and_publish
 from gateway.routes import (
+    admin_audit,
     admin_budgets,
     admin_cache,
     admin_keys,
+    admin_tenants,
     chat,
     completions,
     explain,
@@ -259,8 +261,12 @@ def create_app(
         completions.router,
         models.router,
         explain.router,
+        load.router,
         admin_budgets.router,
         admin_cache.router,
+        admin_keys.router,
+        admin_tenants.router,
+        admin_audit.router,
         health.router,
         metrics.router,
         admin_router(),
@@ -273,9 +279,6 @@ def create_app(
         tags=["admin"],
         responses=ADMIN_ERRORS,
     )
-    # Not yet on FastAPI dependencies (added by other slices): raw Starlette routes.
-    app.add_route("/v1/load", load.load, methods=["GET"])
-    admin_keys.add_routes(app)
     return app
 
 

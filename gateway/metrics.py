@@ -2,7 +2,8 @@
 
 Label values come from the config (tenants, tiers, models, engines) or from small fixed
 sets (status, cache result, denial reason), so the series count is bounded by the
-config; ``metrics.tenant_label: false`` drops the tenant label everywhere.
+config. Series carry no tenant label unless ``metrics.tenant_label: true`` (off by
+default: tenant names may be private, and every tenant multiplies the series).
 
 Request series are recorded where a request ends; engine, queue and autoscaling gauges
 are read from the engines when ``/metrics`` is scraped.

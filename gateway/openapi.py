@@ -17,12 +17,20 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from gateway.deps import SECURITY
-from gateway.wire.admin import BudgetUpdate
+from gateway.wire.admin import BudgetUpdate, KeyCreate, KeyUpdate, TenantCreate, TenantUpdate
 from gateway.wire.chat import ChatCompletionRequest
 from gateway.wire.completions import CompletionRequest
 from gateway.wire.errors import ErrorResponse
 
-BODY_MODELS: tuple[type[BaseModel], ...] = (ChatCompletionRequest, CompletionRequest, BudgetUpdate)
+BODY_MODELS: tuple[type[BaseModel], ...] = (
+    ChatCompletionRequest,
+    CompletionRequest,
+    BudgetUpdate,
+    KeyCreate,
+    KeyUpdate,
+    TenantCreate,
+    TenantUpdate,
+)
 REF = "#/components/schemas/{model}"
 SECURITY_SCHEMES = {
     "tenantKey": {"type": "http", "scheme": "bearer", "description": "a tenant API key"},
@@ -44,6 +52,7 @@ _MEANING = {
     403: "this key may not use this route",
     404: "unknown model, tenant or route",
     408: "the request did not arrive in time",
+    409: "the name is taken",
     413: "the body is too large",
     429: "rate limit, exhausted budget, or too many wrong admin keys",
     500: "internal error (generic message and the request id; details in the log)",

@@ -7,19 +7,30 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import orjson
+from fastapi import APIRouter, Query
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.admin.access import require_admin_access
 from gateway.admin.session import COOKIE
 from gateway.admin_auth import admin_digest
-from gateway.errors import ApiError, InvalidRequest
-from gateway.state import GatewayState, get_state
+from gateway.deps import AdminDep
+from gateway.errors import ApiError
+from gateway.http import GatewayRoute
+from gateway.openapi import ADMIN_ERRORS
+from gateway.state import GatewayState
 from policies.audit import MAX_ENTRIES, entry, to_csv
 from policies.store import StoreUnavailable
+
+router = APIRouter(route_class=GatewayRoute, tags=["admin"], responses=ADMIN_ERRORS)
+_ENTRIES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "the entries, newest first: JSON, or CSV with format=csv",
+        "content": {"text/csv": {"schema": {"type": "string"}}},
+    }
+}
 
 
 def store_unavailable(what: str, exc: StoreUnavailable) -> ApiError:
@@ -51,18 +62,12 @@ async def record(
         raise store_unavailable("audit", exc) from exc
 
 
-async def audit_log(request: Request) -> Response:
-    state = get_state(request)
-    await require_admin_access(request, state)
-    fmt = request.query_params.get("format", "json")
-    if fmt not in ("json", "csv"):
-        raise InvalidRequest("format must be json or csv", param="format")
-    try:
-        limit = int(request.query_params.get("limit", "200"))
-    except ValueError:
-        raise InvalidRequest("limit must be an integer", param="limit") from None
-    if not 1 <= limit <= MAX_ENTRIES:
-        raise InvalidRequest(f"limit must be between 1 and {MAX_ENTRIES}", param="limit")
+@router.get("/admin/api/audit", responses=_ENTRIES)
+async def audit_log(
+    state: AdminDep,
+    fmt: Annotated[Literal["json", "csv"], Query(alias="format")] = "json",
+    limit: Annotated[int, Query(ge=1, le=MAX_ENTRIES)] = 200,
+) -> Response:
     try:
         entries = await state.audit.recent(limit)
     except StoreUnavailable as exc:

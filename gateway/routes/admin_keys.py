@@ -9,48 +9,36 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
-from starlette.applications import Starlette
+from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.admin.access import require_admin_access
+from gateway.deps import AdminDep
 from gateway.errors import InvalidRequest
-from gateway.http import read_body
-from gateway.routes import admin_audit, admin_tenants
+from gateway.http import GatewayRoute, read_body
+from gateway.openapi import ADMIN_ERRORS, request_body
 from gateway.routes.admin_audit import record, store_unavailable
 from gateway.routes.admin_budgets import NotFound
-from gateway.state import GatewayState, get_state
+from gateway.state import GatewayState
+from gateway.wire.admin import KeyCreate, KeyScopeFields, KeyUpdate
 from gateway.wire.common import parse_body
 from policies.budget import Scope, key_scope
 from policies.keys import KeyScope, ManagedKey, issue_key, tier_problems
-from policies.schema import BudgetSpec, RateLimitSpec
 from policies.store import StoreUnavailable
 
 BODY_LIMIT = 64 * 1024
+M = TypeVar("M", bound=KeyScopeFields)
+router = APIRouter(
+    route_class=GatewayRoute, prefix="/admin/api/keys", tags=["admin"], responses=ADMIN_ERRORS
+)
 
 
-class ScopeFields(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = Field("", max_length=200)
-    expires_at: datetime | None = None  # ISO 8601 (UTC unless it says) or unix seconds
-    allowed_tiers: list[str] | None = None
-    allowed_models: list[str] | None = None
-    budget: BudgetSpec | None = None
-    rate_limit: RateLimitSpec | None = None
-    metadata: dict[str, str] = Field(default_factory=dict, max_length=32)
-
-
-class KeyCreate(ScopeFields):
-    tenant: str = Field(min_length=1, max_length=128)
-
-
-class KeyUpdate(ScopeFields):
-    """Only the fields sent change; ``null`` clears one (no expiry, no cap, any tier)."""
+async def _body(request: Request, state: GatewayState, model: type[M]) -> M:
+    timeout = state.config.server.header_timeout_s
+    return parse_body(model, await read_body(request, BODY_LIMIT, timeout))
 
 
 def _ts(value: datetime | None) -> float | None:
@@ -63,7 +51,7 @@ def _iso(ts: float | None) -> str | None:
     return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat()
 
 
-def _scope(fields: ScopeFields, base: KeyScope) -> KeyScope:
+def _scope(fields: KeyScopeFields, base: KeyScope) -> KeyScope:
     sent = fields.model_fields_set
     changes: dict[str, Any] = {}
     if "expires_at" in sent:
@@ -137,10 +125,9 @@ async def _save(request: Request, state: GatewayState, action: str, old: Managed
                  None if old is None else key_body(old, now), key_body(new, now))  # fmt: skip
 
 
-async def create_key(request: Request) -> Response:
-    state = get_state(request)
-    await require_admin_access(request, state)
-    body = parse_body(KeyCreate, await read_body(request, BODY_LIMIT))
+@router.post("", status_code=201, openapi_extra=request_body(KeyCreate))
+async def create_key(request: Request, state: AdminDep) -> Response:
+    body = await _body(request, state, KeyCreate)
     try:
         await state.keys.load_tenants()  # a tenant made a moment ago on another replica
     except StoreUnavailable as exc:
@@ -152,12 +139,10 @@ async def create_key(request: Request) -> Response:
     return _json({**key_body(key, time.time()), "key": raw}, 201)
 
 
-async def list_keys(request: Request) -> Response:
-    state = get_state(request)
-    await require_admin_access(request, state)
-    tenant = request.query_params.get("tenant") or None
+@router.get("")
+async def list_keys(state: AdminDep, tenant: str | None = None) -> Response:
     try:
-        keys = await state.keys.store.list(tenant)
+        keys = await state.keys.store.list(tenant or None)
         used = await state.keys.store.last_used()
         scopes = [Scope(key_scope(k.tenant, k.id), k.scope.budget) for k in keys]
         spend = {s.scope: s for s in await state.budgets.status(scopes)} if scopes else {}
@@ -176,11 +161,10 @@ async def list_keys(request: Request) -> Response:
     return _json({"object": "list", "data": rows})
 
 
-async def update_key(request: Request) -> Response:
-    state = get_state(request)
-    await require_admin_access(request, state)
-    body = parse_body(KeyUpdate, await read_body(request, BODY_LIMIT))
-    old = await _existing(state, request.path_params["key_id"])
+@router.patch("/{key_id}", openapi_extra=request_body(KeyUpdate))
+async def update_key(request: Request, key_id: str, state: AdminDep) -> Response:
+    body = await _body(request, state, KeyUpdate)
+    old = await _existing(state, key_id)
     if old.revoked_at is not None:
         raise InvalidRequest(f"API key {old.id!r} is revoked; issue a new one", param="id")
     scope = _scope(body, old.scope)
@@ -191,25 +175,11 @@ async def update_key(request: Request) -> Response:
     return _json(key_body(new, time.time()))
 
 
-async def revoke_key(request: Request) -> Response:
-    state = get_state(request)
-    await require_admin_access(request, state)
-    old = await _existing(state, request.path_params["key_id"])
+@router.delete("/{key_id}")
+async def revoke_key(request: Request, key_id: str, state: AdminDep) -> Response:
+    old = await _existing(state, key_id)
     if old.revoked_at is not None:
         return _json(key_body(old, time.time()))
     new = old.model_copy(update={"revoked_at": time.time()})
     await _save(request, state, "key.revoke", old, new)
     return _json(key_body(new, time.time()))
-
-
-def add_routes(app: Starlette) -> None:
-    """Keys, runtime tenants and the audit log (one line in ``gateway.app``)."""
-    app.add_route("/admin/api/keys", create_key, methods=["POST"])
-    app.add_route("/admin/api/keys", list_keys, methods=["GET"])
-    app.add_route("/admin/api/keys/{key_id}", update_key, methods=["PATCH"])
-    app.add_route("/admin/api/keys/{key_id}", revoke_key, methods=["DELETE"])
-    app.add_route("/admin/api/tenants", admin_tenants.list_tenants, methods=["GET"])
-    app.add_route("/admin/api/tenants", admin_tenants.create_tenant, methods=["POST"])
-    app.add_route("/admin/api/tenants/{name}", admin_tenants.update_tenant, methods=["PATCH"])
-    app.add_route("/admin/api/tenants/{name}", admin_tenants.delete_tenant, methods=["DELETE"])
-    app.add_route("/admin/api/audit", admin_audit.audit_log, methods=["GET"])

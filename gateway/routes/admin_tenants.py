@@ -9,25 +9,35 @@ Deleting a runtime tenant revokes its keys.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
-from pydantic import ValidationError
+from fastapi import APIRouter
+from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.admin.access import require_admin_access
+from gateway.deps import AdminDep
 from gateway.errors import ApiError, InvalidRequest, PermissionDenied
-from gateway.http import read_body
+from gateway.http import GatewayRoute, read_body
+from gateway.openapi import ADMIN_ERRORS, errors, request_body
 from gateway.routes.admin_audit import record, store_unavailable
 from gateway.routes.admin_budgets import NotFound
-from gateway.state import GatewayState, get_state
+from gateway.state import GatewayState
+from gateway.wire.admin import TenantCreate, TenantUpdate
+from gateway.wire.common import parse_body
 from policies.keys import runtime_tenant, tenant_fields, tier_problems
 from policies.schema import TenantSpec
 from policies.store import StoreUnavailable
 
 BODY_LIMIT = 64 * 1024
-NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+M = TypeVar("M", bound=BaseModel)
+router = APIRouter(
+    route_class=GatewayRoute,
+    prefix="/admin/api/tenants",
+    tags=["admin"],
+    responses={**ADMIN_ERRORS, **errors(409)},
+)
 
 
 class Conflict(ApiError):
@@ -52,14 +62,13 @@ def _body(name: str, spec: TenantSpec, source: str) -> dict[str, Any]:
     return {"name": name, "source": source, "read_only": source == "yaml", **tenant_fields(spec)}
 
 
-async def _object(request: Request) -> dict[str, Any]:
-    try:
-        body = orjson.loads(await read_body(request, BODY_LIMIT))
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"the body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise InvalidRequest("the body must be a JSON object")
-    return body
+async def _fields(
+    request: Request, state: GatewayState, model: type[M]
+) -> tuple[M, dict[str, Any]]:
+    """The body as ``model``, and the policy fields it sends."""
+    timeout = state.config.server.header_timeout_s
+    body = parse_body(model, await read_body(request, BODY_LIMIT, timeout))
+    return body, body.model_dump(exclude={"name"}, exclude_unset=True)
 
 
 def _validated(state: GatewayState, fields: dict[str, Any]) -> TenantSpec:
@@ -69,8 +78,6 @@ def _validated(state: GatewayState, fields: dict[str, Any]) -> TenantSpec:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise InvalidRequest(f"{where}: {first['msg']}", param=where or None) from None
-    except ValueError as exc:
-        raise InvalidRequest(str(exc), param="keys") from None
     problems = tier_problems(state.config, spec, None)
     if problems:
         raise InvalidRequest("; ".join(problems))
@@ -85,9 +92,8 @@ async def _runtime(state: GatewayState) -> dict[str, TenantSpec]:
     return state.keys.runtime_tenants
 
 
-async def list_tenants(request: Request) -> Response:
-    state = get_state(request)
-    await require_admin_access(request, state)
+@router.get("")
+async def list_tenants(state: AdminDep) -> Response:
     runtime = await _runtime(state)
     rows = [_body(n, s, "yaml") for n, s in state.config.tenants.items()]
     rows += [_body(n, s, "api") for n, s in sorted(runtime.items())]
@@ -103,13 +109,10 @@ async def _save(state: GatewayState, name: str, spec: TenantSpec) -> None:
     state.keys.changed()
 
 
-async def create_tenant(request: Request) -> Response:
-    state = get_state(request)
-    await require_admin_access(request, state)
-    fields = await _object(request)
-    name = fields.pop("name", None)
-    if not isinstance(name, str) or not 1 <= len(name) <= 128 or set(name) - NAME_CHARS:
-        raise InvalidRequest("name: 1-128 letters, digits, '_', '.' or '-'", param="name")
+@router.post("", status_code=201, openapi_extra=request_body(TenantCreate))
+async def create_tenant(request: Request, state: AdminDep) -> Response:
+    body, fields = await _fields(request, state, TenantCreate)
+    name = body.name
     if name in state.config.tenants:
         raise Conflict(f"tenant {name!r} already exists in the YAML config", param="name")
     if name in await _runtime(state):
@@ -121,18 +124,14 @@ async def create_tenant(request: Request) -> Response:
     return _json(after, 201)
 
 
-async def update_tenant(request: Request) -> Response:
-    state = get_state(request)
-    await require_admin_access(request, state)
-    name = request.path_params["name"]
+@router.patch("/{name}", openapi_extra=request_body(TenantUpdate))
+async def update_tenant(request: Request, name: str, state: AdminDep) -> Response:
     if name in state.config.tenants:
         raise _read_only(name)
     old = (await _runtime(state)).get(name)
     if old is None:
         raise NotFound(f"no runtime tenant {name!r}", param="name")
-    changes = await _object(request)
-    if "name" in changes:
-        raise InvalidRequest("a tenant cannot be renamed", param="name")
+    _, changes = await _fields(request, state, TenantUpdate)
     spec = _validated(state, {**tenant_fields(old), **changes})
     await _save(state, name, spec)
     before, after = _body(name, old, "api"), _body(name, spec, "api")
@@ -140,10 +139,8 @@ async def update_tenant(request: Request) -> Response:
     return _json(after)
 
 
-async def delete_tenant(request: Request) -> Response:
-    state = get_state(request)
-    await require_admin_access(request, state)
-    name = request.path_params["name"]
+@router.delete("/{name}")
+async def delete_tenant(request: Request, name: str, state: AdminDep) -> Response:
     if name in state.config.tenants:
         raise _read_only(name)
     old = (await _runtime(state)).get(name)

@@ -10,11 +10,15 @@ load (``backends/openai_compat.py``). Needs an API key, like the rest of ``/v1``
 from __future__ import annotations
 
 import orjson
-from starlette.requests import Request
+from fastapi import APIRouter
 from starlette.responses import Response
 
-from gateway.http import authenticate, bearer_key
-from gateway.state import GatewayState, get_state
+from gateway.deps import TenantDep
+from gateway.http import GatewayRoute
+from gateway.openapi import errors
+from gateway.state import GatewayState
+
+router = APIRouter(route_class=GatewayRoute, tags=["v1"], responses=errors(401, 500, 503))
 
 
 def node_load(state: GatewayState) -> dict[str, object]:
@@ -36,7 +40,6 @@ def node_load(state: GatewayState) -> dict[str, object]:
     }
 
 
-async def load(request: Request) -> Response:
-    state = get_state(request)
-    await authenticate(state, bearer_key(request))
-    return Response(orjson.dumps(node_load(state)), media_type="application/json")
+@router.get("/v1/load")
+async def load(call: TenantDep) -> Response:
+    return Response(orjson.dumps(node_load(call.state)), media_type="application/json")

@@ -151,18 +151,21 @@ def test_key_budget_and_rate_limit_use_the_shared_paths(
 def test_bad_input_is_refused_and_changes_nothing(
     gateway: RunningGateway, admin: httpx.Client
 ) -> None:
-    cases: list[dict[str, Any]] = [
-        {"tenant": "nobody"},
-        {"tenant": "acme", "allowed_tiers": ["huge"]},
-        {"tenant": "acme", "allowed_models": ["gpt-9"]},
-        {"tenant": "acme", "expires_at": "yesterday"},
-        {"tenant": "acme", "colour": "blue"},
-        {"tenant": "acme", "budget": {"limit_usd": -1}},
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"tenant": "nobody"}, "tenant"),
+        ({"tenant": "acme", "allowed_tiers": ["huge"]}, "allowed_tiers"),
+        ({"tenant": "acme", "allowed_models": ["gpt-9"]}, "allowed_tiers"),
+        ({"tenant": "acme", "expires_at": "yesterday"}, "expires_at"),
+        ({"tenant": "acme", "colour": "blue"}, "colour"),
+        ({"tenant": "acme", "budget": {"limit_usd": -1}}, "budget.limit_usd"),
+        ({"name": "no tenant"}, "tenant"),
     ]
-    for body in cases:
+    for body, param in cases:
         response = admin.post("/admin/api/keys", json=body)
         assert response.status_code in (400, 404), body
-        assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+        error = response.json()["error"]
+        assert set(error) == {"message", "type", "param", "code"}
+        assert error["param"] == param, (body, error)
     assert admin.get("/admin/api/keys").json()["data"] == []
     assert admin.get("/admin/api/audit").json()["data"] == []
     assert admin.patch("/admin/api/keys/key_nope", json={}).status_code == 404
@@ -198,7 +201,15 @@ def test_runtime_tenants_beside_yaml_ones(gateway: RunningGateway, admin: httpx.
     assert admin.post("/admin/api/tenants", json={"name": "acme"}).status_code == 409
     bad = admin.post("/admin/api/tenants", json={"name": "x", "default_tier": "huge"})
     assert bad.status_code == 400
-    assert admin.post("/admin/api/tenants", json={"name": "y", "keys": []}).status_code == 400
+    for body, param in (
+        ({"name": "y", "keys": []}, "keys"),
+        ({"name": "a b"}, "name"),
+        ({"name": "z", "cache": {"ttl_s": 0}}, "cache.ttl_s"),
+    ):
+        refused = admin.post("/admin/api/tenants", json=body)
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == param, body
+    renamed = admin.patch("/admin/api/tenants/initech", json={"name": "other"})
+    assert renamed.status_code == 400 and renamed.json()["error"]["param"] == "name"
 
     gone = admin.delete("/admin/api/tenants/initech")
     assert gone.status_code == 200 and len(gone.json()["revoked_keys"]) == 1
@@ -226,7 +237,10 @@ def test_audit_log_records_every_admin_write(gateway: RunningGateway, admin: htt
     assert exported.headers["content-type"].startswith("text/csv")
     rows = list(csv.DictReader(io.StringIO(exported.text)))
     assert [r["action"] for r in rows] == actions
-    assert admin.get("/admin/api/audit", params={"format": "xml"}).status_code == 400
+    for params in ({"format": "xml"}, {"limit": 0}, {"limit": "many"}):
+        refused = admin.get("/admin/api/audit", params=params)
+        assert refused.status_code == 400, params
+        assert refused.json()["error"]["param"] == next(iter(params)), params
 
 
 def test_runtime_tenant_spend_reaches_the_dashboard(

@@ -9,8 +9,10 @@ import httpx
 
 from gateway.errors import ApiError, InvalidRequest
 from gateway.openapi import BODY_MODELS
+from gateway.wire.admin import TenantCreate, TenantUpdate
 from gateway.wire.chat import ChatCompletionRequest
 from gateway.wire.errors import ErrorResponse
+from policies.schema import TenantSpec
 from tests.support import fake_config, running_gateway
 
 
@@ -46,6 +48,15 @@ def test_openapi_describes_the_v1_surface_from_the_wire_models() -> None:
         ("/admin/api/overview", "get"),
         ("/admin/api/cache/{tenant}", "delete"),
         ("/admin/api/policies/reload", "post"),
+        ("/v1/load", "get"),
+        ("/admin/api/keys", "post"),
+        ("/admin/api/keys", "get"),
+        ("/admin/api/keys/{key_id}", "patch"),
+        ("/admin/api/keys/{key_id}", "delete"),
+        ("/admin/api/tenants", "post"),
+        ("/admin/api/tenants/{name}", "patch"),
+        ("/admin/api/tenants/{name}", "delete"),
+        ("/admin/api/audit", "get"),
     ):
         assert method in paths[path], path
     assert not [p for p in paths if p in ("/admin", "/admin/login", "/admin/static/{name}")]
@@ -73,6 +84,25 @@ def test_openapi_describes_the_v1_surface_from_the_wire_models() -> None:
     security = schema["components"]["securitySchemes"]
     assert {"tenantKey", "adminKey"} <= set(security)
     assert chat["security"] == [{"tenantKey": []}]
+    assert paths["/v1/load"]["get"]["security"] == [{"tenantKey": []}]
+    create_key = paths["/admin/api/keys"]["post"]
+    assert create_key["security"] == [{"adminKey": []}] and "201" in create_key["responses"]
+    key_body = create_key["requestBody"]["content"]["application/json"]["schema"]
+    assert _resolve(schema, key_body["$ref"])["required"] == ["tenant"]
+    tenant_body = paths["/admin/api/tenants"]["post"]["requestBody"]["content"]
+    tenant = _resolve(schema, tenant_body["application/json"]["schema"]["$ref"])
+    assert "keys" not in tenant["properties"] and tenant["additionalProperties"] is False
+    audit = paths["/admin/api/audit"]["get"]
+    assert {p["name"] for p in audit["parameters"]} == {"format", "limit"}
+    assert "text/csv" in audit["responses"]["200"]["content"]
+
+
+def test_the_tenant_body_is_the_tenant_spec_without_keys() -> None:
+    """The wire model mirrors ``TenantSpec``: same fields (but ``keys``), same defaults."""
+    spec = {n: f.get_default() for n, f in TenantSpec.model_fields.items() if n != "keys"}
+    wire = {n: f.get_default() for n, f in TenantUpdate.model_fields.items()}
+    assert wire == spec
+    assert set(TenantCreate.model_fields) == {"name", *spec}
 
 
 def test_the_error_model_matches_what_errors_write() -> None:
