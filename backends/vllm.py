@@ -306,7 +306,7 @@ class VllmEngine:
                     ids = list(piece.token_ids)
                     completion_tokens += len(ids)
                     self.counters.generated_tokens += len(ids)
-                    text, deltas = piece.text, ()
+                    text, deltas = piece.text, tuple[dict[str, Any], ...]()
                     if prep.parser is not None:
                         message = prep.parser.parse_delta(
                             piece.text, ids, prep.vreq, prep.prompt_ids, finished=output.finished
