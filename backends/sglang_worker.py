@@ -91,8 +91,8 @@ class Bridge:
             # raise_exception is a jinja2 TemplateError)
             self.send({"op": "error", "id": rid, "kind": "rejected", "message": str(exc)})
         except Exception as exc:  # reported, never left waiting for request_timeout_s
-            message = f"{type(exc).__name__}: {exc}"
-            self.send({"op": "error", "id": rid, "kind": "failed", "message": message})
+            failure = f"{type(exc).__name__}: {exc}"
+            self.send({"op": "error", "id": rid, "kind": "failed", "message": failure})
         finally:
             self.tasks.pop(rid, None)
 
