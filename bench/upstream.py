@@ -32,6 +32,8 @@ class Profile:
     fail_after_chunks: int | None = None  # streaming: drop the connection after N chunks
     stamp: bool = False  # streamed text is "@<time.monotonic()>@ ": the client can tell
     # the gaps the upstream made from those added on the way
+    word: str = WORD  # the text of each chunk
+    usage: bool = True  # False: report no usage, as some providers do
 
 
 DEFAULT_PROFILES: dict[str, Profile] = {
@@ -159,22 +161,22 @@ class _Connection(asyncio.Protocol):
         self._write(_headers(status, b"application/json", len(body)) + body)
 
     def _whole(self, model: str, profile: Profile, prompt_bytes: int) -> None:
-        text = WORD * profile.chunks
+        text = profile.word * profile.chunks
         choice: dict[str, object] = {"index": 0, "finish_reason": "stop"}
         if self.text_completion:
             choice["text"] = text
         else:
             choice["message"] = {"role": "assistant", "content": text}
-        body = orjson.dumps(
-            {
-                "id": "up-1",
-                "object": "text_completion" if self.text_completion else "chat.completion",
-                "created": int(time.time()),
-                "model": model,
-                "choices": [choice],
-                "usage": _usage(prompt_bytes, profile.chunks),
-            }
-        )
+        answer: dict[str, object] = {
+            "id": "up-1",
+            "object": "text_completion" if self.text_completion else "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [choice],
+        }
+        if profile.usage:
+            answer["usage"] = _usage(prompt_bytes, profile.chunks)
+        body = orjson.dumps(answer)
         self._write(_headers(200, b"application/json", len(body)) + body)
 
     async def _later(self, model: str, profile: Profile, prompt_bytes: int) -> None:
@@ -208,10 +210,10 @@ class _Connection(asyncio.Protocol):
                 if profile.fail_after_chunks is not None and i >= profile.fail_after_chunks:
                     self._close()
                     return
-                text = f"@{time.monotonic():.6f}@ " if profile.stamp else WORD
+                text = f"@{time.monotonic():.6f}@ " if profile.stamp else profile.word
                 self._event({**base, "choices": [self._choice(i, text, None)]})
             self._event({**base, "choices": [self._choice(1, "", "stop")]})
-            if usage:
+            if usage and profile.usage:
                 self._event({**base, "choices": [], "usage": _usage(prompt_bytes, profile.chunks)})
             data = b"data: [DONE]\n\n"
             self._write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data))

@@ -2,7 +2,8 @@
 
 ``admit`` runs before dispatch: it may refuse (429), fail closed (503), or move the
 request to a cheaper tier the tenant can afford. ``settle`` runs once the request has
-ended in any way and charges what it really cost, writing the ledger event with it.
+ended in any way and charges the ``Outcome``'s cost, writing the ledger event with it.
+Every read of the config is of the request's snapshot (``routed.config``).
 """
 
 from __future__ import annotations
@@ -13,27 +14,27 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from backends.base import GenerationRequest, Usage
+from backends.base import GenerationRequest
 from gateway.errors import InsufficientQuota, RateLimited, ServiceUnavailable
+from gateway.outcome import Outcome
 from gateway.spend import (
     WorstCase,
     completion_cap,
     downgrade_tiers,
-    model_cost,
     prompt_upper_tokens,
     worst_cases,
 )
 from gateway.state import GatewayState
 from policies.budget import GLOBAL_SCOPE, Denied, Reservation
 from policies.ledger import SpendEvent, now
-from policies.savings import routing_saving
+from policies.schema import GatewayConfig
 from policies.spending import budget_scopes, rate_scopes
 from policies.store import StoreUnavailable
 from policies.tenants import Principal
+from routers.decision import TierDecision
 
 if TYPE_CHECKING:
     from gateway.routing import RoutedRequest
-    from gateway.serving import Outcome
 
 log = logging.getLogger(__name__)
 
@@ -61,19 +62,14 @@ class Ticket:
     def downgraded(self) -> bool:
         return self.held.tier != self.requested_tier
 
-
-@dataclass(frozen=True, slots=True)
-class Progress:
-    """How far the request got, for charging a request that never reported usage."""
-
-    dispatched: bool  # an engine accepted it (even if it then failed or was cancelled)
-    streamed_chunks: int
-    latency_ms: float
-    ttft_ms: float
-    status: str  # ok | error | cancelled
+    @property
+    def completion_cap(self) -> int:
+        """The completion tokens the reservation was sized for (before per-model caps)."""
+        return self.held.worst.completion_tokens
 
 
 async def reserve_best_tier(
+    config: GatewayConfig,
     state: GatewayState,
     principal: Principal,
     request_id: str,
@@ -87,8 +83,8 @@ async def reserve_best_tier(
     ``tiers`` is most capable first; ``pinned_model`` narrows the first one to a model.
     Raises ``ServiceUnavailable`` (503 budget_unavailable) when the store is down and the
     tenant does not fail open."""
-    worst = worst_cases(state.config, tiers, generation, pinned_model)
-    scopes = budget_scopes(state.config, principal)
+    worst = worst_cases(config, tiers, generation, pinned_model)
+    scopes = budget_scopes(config, principal)
     try:
         result = await state.budgets.reserve(request_id, scopes, [w.usd for w in worst])
     except StoreUnavailable as exc:
@@ -133,18 +129,15 @@ async def _check_rate(
     return headers
 
 
-async def admit(state: GatewayState, routed: RoutedRequest) -> tuple[str, Ticket]:
-    """The tier to run on and the ticket to settle with; raises the refusal otherwise."""
-    config, principal = state.config, routed.principal
+async def admit(state: GatewayState, routed: RoutedRequest) -> tuple[TierDecision, Ticket]:
+    """The decision to run on (moved down if the budget asked for it) and the ticket to
+    settle with; raises the refusal otherwise (``RateLimited``, ``InsufficientQuota``)."""
+    config, principal = routed.config, routed.principal
     generation = routed.generation
     prompt_upper = prompt_upper_tokens(config, generation)
     cap = completion_cap(config, generation, routed.tier)
     rate_tokens = prompt_upper + cap
-    try:
-        headers = await _check_rate(state, principal, routed.request_id, rate_tokens)
-    except RateLimited:
-        await _record_denied(state, routed, "rate_limit")
-        raise
+    headers = await _check_rate(state, principal, routed.request_id, rate_tokens)
     policy = principal.policy
     tiers = (
         downgrade_tiers(config, policy, routed.tier)
@@ -152,10 +145,9 @@ async def admit(state: GatewayState, routed: RoutedRequest) -> tuple[str, Ticket
         else [routed.tier]
     )
     held = await reserve_best_tier(
-        state, principal, routed.request_id, tiers, generation, routed.decision.pinned_model
+        config, state, principal, routed.request_id, tiers, generation, routed.decision.pinned_model
     )
     if isinstance(held, Denied):
-        await _record_denied(state, routed, "budget")
         if headers:  # admitted by the rate limit: a refused request used no tokens
             await correct_tokens(state, routed, rate_tokens, 0)
         if held.scope == GLOBAL_SCOPE:  # the other tenants' spend is not this caller's business
@@ -168,65 +160,51 @@ async def admit(state: GatewayState, routed: RoutedRequest) -> tuple[str, Ticket
             headers=headers,
         )
     ticket = Ticket(held, routed.tier, prompt_upper, rate_tokens, tuple(headers.items()))
-    return held.tier, ticket
+    decision = routed.decision
+    if ticket.downgraded:
+        decision = decision.moved(held.tier, f"budget: downgraded {routed.tier} -> {held.tier}")
+    return decision, ticket
 
 
-def charge(
-    state: GatewayState, model: str, usage: Usage | None, ticket: Ticket, progress: Progress
-) -> tuple[Usage, float]:
-    """Real usage when the engine reported it; otherwise what was streamed (and the
-    prompt, once an engine had it)."""
-    if usage is None:
-        prompt = ticket.prompt_upper if progress.dispatched else 0
-        completion = min(progress.streamed_chunks, ticket.held.worst.completion_tokens)
-        usage = Usage(prompt, completion)
-    return usage, model_cost(state.config, model, usage)
-
-
-async def settle(
-    state: GatewayState,
-    routed: RoutedRequest,
-    ticket: Ticket,
-    outcome: Outcome,
-    progress: Progress,
-) -> None:
-    usage, cost = charge(state, outcome.model, outcome.usage, ticket, progress)
-    if outcome.cache in ("exact", "semantic"):
-        # A hit costs what the cache policy charges for it (hit_charge; default nothing).
-        usage, cost = Usage(usage.prompt_tokens, usage.completion_tokens), outcome.cost_usd
-    event = SpendEvent(
+def spend_event(routed: RoutedRequest, outcome: Outcome, downgraded: bool) -> SpendEvent:
+    usage = outcome.usage
+    return SpendEvent(
         ts=now(),
         request_id=routed.request_id,
         tenant=routed.principal.tenant,
         key_id=routed.principal.key_id,
         tier=outcome.tier,
         model=outcome.model,
-        status=progress.status,
+        status=outcome.status,
         prompt_tokens=usage.prompt_tokens,
         cached_tokens=usage.cached_tokens,
         completion_tokens=usage.completion_tokens,
-        cost_usd=cost,
-        saved_routing_usd=routing_saving(
-            state.config, cost, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens
-        ),
-        saved_cache_usd=outcome.saved_usd,
+        cost_usd=outcome.cost_usd,
+        saved_routing_usd=outcome.saved_routing_usd,
+        saved_cache_usd=outcome.saved_cache_usd,
         cache=outcome.cache,
-        latency_ms=progress.latency_ms,
-        ttft_ms=progress.ttft_ms,
-        downgraded=ticket.downgraded,
+        latency_ms=outcome.latency_s * 1000,
+        ttft_ms=(outcome.first_token_s or outcome.latency_s) * 1000,
+        downgraded=downgraded,
     )
-    outcome.cost_usd = cost
+
+
+async def settle(
+    state: GatewayState, routed: RoutedRequest, ticket: Ticket, outcome: Outcome
+) -> None:
+    """Charge the outcome's cost against the reservation and append its ledger event."""
+    event = spend_event(routed, outcome, ticket.downgraded)
     reservation = ticket.held.reservation
     try:
         if reservation is None:
             await state.ledger.record(event)
         else:
-            await state.budgets.settle(reservation, cost, event)
+            await state.budgets.settle(reservation, outcome.cost_usd, event)
     except StoreUnavailable as exc:
         # The hold lapses at its deadline; the spend is lost to the counters.
-        log.error("could not settle %s (%.8f USD): %s", routed.request_id, cost, exc)
+        log.error("could not settle %s (%.8f USD): %s", routed.request_id, outcome.cost_usd, exc)
     if ticket.headers:
-        await correct_tokens(state, routed, ticket.rate_tokens, usage.total_tokens)
+        await correct_tokens(state, routed, ticket.rate_tokens, outcome.usage.total_tokens)
 
 
 async def correct_tokens(
@@ -242,16 +220,17 @@ async def correct_tokens(
         log.warning("could not correct the token count of %s: %s", routed.request_id, exc)
 
 
-async def _record_denied(state: GatewayState, routed: RoutedRequest, status: str) -> None:
+async def record_denied(state: GatewayState, routed: RoutedRequest, outcome: Outcome) -> None:
+    """A refused request's ledger event (``kind="denied"``, the reason as its status)."""
     event = SpendEvent(
         ts=now(),
         request_id=routed.request_id,
         tenant=routed.principal.tenant,
         key_id=routed.principal.key_id,
-        tier=routed.tier,
+        tier=outcome.tier,
         model=routed.generation.model,
         kind="denied",
-        status=status,
+        status=outcome.denied or "refused",
     )
     try:
         await state.ledger.record(event)
@@ -259,13 +238,15 @@ async def _record_denied(state: GatewayState, routed: RoutedRequest, status: str
         log.warning("could not record a denied request: %s", exc)
 
 
-def keep_alive(state: GatewayState, ticket: Ticket) -> asyncio.Task[None] | None:
+def keep_alive(
+    state: GatewayState, config: GatewayConfig, ticket: Ticket
+) -> asyncio.Task[None] | None:
     """While the request runs, push its hold's deadline out every third of the TTL, so
     only a replica that died (and stopped beating) lets its holds lapse."""
     reservation = ticket.held.reservation
     if reservation is None:
         return None
-    period = state.config.budgets.reservation_ttl_s / 3
+    period = config.budgets.reservation_ttl_s / 3
 
     async def beat() -> None:
         while True:
@@ -280,10 +261,3 @@ def keep_alive(state: GatewayState, ticket: Ticket) -> asyncio.Task[None] | None
                 return
 
     return asyncio.ensure_future(beat())
-
-
-def enforce_cap(routed: RoutedRequest, ticket: Ticket) -> int | None:
-    """The ``max_tokens`` to run with: the cap the reservation was sized for."""
-    if routed.generation.sampling.max_tokens is not None:
-        return None
-    return ticket.held.worst.completion_tokens

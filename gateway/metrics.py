@@ -69,20 +69,24 @@ class GatewayMetrics:
         self.tenant_label = config.metrics.tenant_label
         self.autoscaler = Autoscaler(config.metrics.autoscale)
         self._latency_signal = config.metrics.autoscale.latency
+        self._request_series()
+        self._engine_series()
+
+    def _counter(self, name: str, doc: str, labels: Sequence[str]) -> Counter:
+        return Counter(name, doc, tuple(labels), registry=self.registry)
+
+    def _gauge(self, name: str, doc: str, labels: Sequence[str]) -> Gauge:
+        return Gauge(name, doc, tuple(labels), registry=self.registry)
+
+    def _histogram(
+        self, name: str, doc: str, labels: Sequence[str], buckets: Sequence[float]
+    ) -> Histogram:
+        return Histogram(name, doc, tuple(labels), buckets=tuple(buckets), registry=self.registry)
+
+    def _request_series(self) -> None:
+        """Recorded where a request ends, from its ``Outcome``."""
         t = ("tenant",) if self.tenant_label else ()
-        reg = self.registry
-
-        def counter(name: str, doc: str, labels: Sequence[str]) -> Counter:
-            return Counter(name, doc, tuple(labels), registry=reg)
-
-        def gauge(name: str, doc: str, labels: Sequence[str]) -> Gauge:
-            return Gauge(name, doc, tuple(labels), registry=reg)
-
-        def histogram(
-            name: str, doc: str, labels: Sequence[str], buckets: Sequence[float]
-        ) -> Histogram:
-            return Histogram(name, doc, tuple(labels), buckets=tuple(buckets), registry=reg)
-
+        counter, histogram = self._counter, self._histogram
         self.requests = counter(
             "tiergate_requests", "Finished requests.", (*t, "tier", "model", "status", "cache")
         )
@@ -115,6 +119,10 @@ class GatewayMetrics:
             (),
             CLASSIFIER_BUCKETS,
         )
+
+    def _engine_series(self) -> None:
+        """Read from the engines and pools when ``/metrics`` is scraped."""
+        gauge = self._gauge
         self.engine_running = gauge("tiergate_engine_running", "Running requests.", ("engine",))
         self.engine_waiting = gauge(
             "tiergate_engine_queue_depth", "Requests waiting in the engine.", ("engine",)

@@ -1,4 +1,5 @@
-"""Where a request ends: one call records its metrics and finishes its trace spans.
+"""Where a request ends: one call writes its ``Outcome`` to the metrics (requests,
+denials, classifier latency) and finishes its trace spans.
 
 Attribute names follow the OpenTelemetry GenAI semantic conventions, plus ``tiergate.*``
 for what is ours (tier, complexity, cache result, tenant, cost).
@@ -11,18 +12,12 @@ from typing import TYPE_CHECKING
 from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
-from gateway.metrics import RequestRecord
+from gateway.metrics import GatewayMetrics, RequestRecord
+from gateway.outcome import Outcome
 from gateway.tracing import RequestTrace
 
 if TYPE_CHECKING:
     from gateway.routing import RoutedRequest
-    from gateway.serving import Execution
-
-
-def status_of(error: str | None) -> str:
-    if error is None:
-        return "ok"
-    return "cancelled" if error == "cancelled" else "error"
 
 
 def operation(routed: RoutedRequest) -> str:
@@ -62,29 +57,43 @@ def begin(trace: RequestTrace, routed: RoutedRequest) -> None:
     trace.set(attributes)
 
 
-def finish(run: Execution, generation: Span) -> None:
-    """Record the finished request (metrics) and close its generation span."""
-    outcome, routed = run.outcome, run.routed
+def record(metrics: GatewayMetrics, tenant: str, outcome: Outcome) -> None:
+    """The metrics of one finished request: its series, a denial, the classifier's time."""
     usage = outcome.usage
-    status = status_of(outcome.error)
-    run.state.metrics.request_ended(
+    metrics.request_ended(
         RequestRecord(
-            tenant=routed.principal.tenant,
+            tenant=tenant,
             tier=outcome.tier,
             model=outcome.model,
-            status=status,
+            status=outcome.status,
             cache=outcome.cache,
-            prompt_tokens=usage.prompt_tokens if usage else 0,
-            completion_tokens=usage.completion_tokens if usage else 0,
-            cached_tokens=usage.cached_tokens if usage else 0,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            cached_tokens=usage.cached_tokens,
             cost_usd=outcome.cost_usd,
             saved_routing_usd=outcome.saved_routing_usd,
-            saved_cache_usd=outcome.saved_usd,
+            saved_cache_usd=outcome.saved_cache_usd,
             latency_s=outcome.latency_s,
             ttft_s=outcome.ttft_s,
         )
     )
-    if not run.trace.recording:
+    if outcome.denied is not None:
+        metrics.denied(tenant, outcome.denied)
+    if outcome.classify_s is not None:
+        metrics.classified(outcome.classify_s)
+
+
+def finish(
+    metrics: GatewayMetrics,
+    trace: RequestTrace,
+    generation: Span,
+    routed: RoutedRequest,
+    outcome: Outcome,
+) -> None:
+    """Record the finished request (metrics) and close its generation span."""
+    record(metrics, routed.principal.tenant, outcome)
+    usage, status = outcome.usage, outcome.status
+    if not trace.recording:
         return
     attributes: dict[str, AttributeValue] = {
         **request_attributes(routed),
@@ -93,14 +102,17 @@ def finish(run: Execution, generation: Span) -> None:
         "tiergate.cache": outcome.cache,
         "tiergate.cost_usd": outcome.cost_usd,
         "tiergate.status": status,
+        "tiergate.tier_trail": outcome.trail,
     }
-    if usage is not None:
+    if outcome.dispatched or outcome.cache in ("exact", "semantic"):
         attributes["gen_ai.usage.input_tokens"] = usage.prompt_tokens
         attributes["gen_ai.usage.output_tokens"] = usage.completion_tokens
     if outcome.finish_reason is not None:
         attributes["gen_ai.response.finish_reasons"] = (outcome.finish_reason,)
     if outcome.failover_from is not None:
         attributes["tiergate.failover_from"] = outcome.failover_from
+    if outcome.denied is not None:
+        attributes["tiergate.denied"] = outcome.denied
     if outcome.ttft_s is not None:
         attributes["tiergate.ttft_s"] = outcome.ttft_s
     generation.set_attributes(attributes)
@@ -108,4 +120,4 @@ def finish(run: Execution, generation: Span) -> None:
         generation.set_status(Status(StatusCode.ERROR, outcome.error))
         generation.set_attribute("error.type", status)
     generation.end()
-    run.trace.set(attributes)
+    trace.set(attributes)

@@ -1,9 +1,11 @@
 """Reload policies (tenants, keys, prices, routing thresholds) without a restart.
 
 The file is read and validated in full before anything changes; then the new config and
-key ring replace the old ones in one step on the event loop, so a request sees either
-the old policy or the new one, never a mix. What needs a restart (engines, tiers, the
-classifier) must stay the same, or the file is refused and the running policy kept.
+key ring replace the old ones in one step on the event loop. A request takes its config
+snapshot with its key lookup (``gateway.respond``) and carries it to the end, so it runs
+wholly on the old policy or wholly on the new one, never a mix. What needs a restart
+(engines, tiers, the classifier) must stay the same, or the file is refused and the
+running policy kept.
 Triggers: SIGHUP, and ``POST /admin/api/policies/reload``.
 """
 

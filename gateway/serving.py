@@ -1,9 +1,9 @@
 """Running a routed request, shared by chat and text completions.
 
 admit (rate limit, budget) → the cache, or a stream on the tier's pool (failing over
-along the tier chain before the first token) → typed chunks to the endpoint → settle.
-Endpoints turn chunks into wire bodies; nothing here knows JSON. Routing is in
-``gateway.routing``.
+along the tier chain before the first token) → typed chunks to the endpoint → one
+``Outcome`` → settle. Endpoints turn chunks into wire bodies; nothing here knows JSON.
+Routing is in ``gateway.routing``; the request's config is the snapshot it carries.
 """
 
 from __future__ import annotations
@@ -12,124 +12,144 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from backends.base import Chunk, Usage
+from backends.base import Chunk, GenerationRequest
 from backends.errors import EngineError, EngineUnavailable
 from backends.pool import StreamInfo
 from gateway import budgeting, observe
 from gateway.cache.record import CachedResponse, Recorder
+from gateway.cache.service import CachePlan, Lookup, PromptCache
 from gateway.errors import (
     ApiError,
     GatewayTimeout,
+    InsufficientQuota,
+    RateLimited,
     from_engine_error,
 )
+from gateway.outcome import Charges, Outcome, Progress, conclude
 from gateway.routing import RoutedRequest
+from gateway.spend import run_cap
 from gateway.state import GatewayState
 from gateway.timing import current_timer, timed
 from gateway.tracing import GENERATION, SETTLEMENT, current_trace
-from policies.savings import routing_saving
+from routers.decision import TierDecision
+from routers.embedding import EmbeddingOnce
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
-class Outcome:
-    """What happened to one request, filled in as it runs; read once it ends."""
-
-    tier: str
-    model: str
-    failover_from: str | None = None
-    usage: Usage | None = None
-    finish_reason: str | None = None
-    cost_usd: float = 0.0
-    saved_routing_usd: float = 0.0
-    cache: str = "bypass"
-    error: str | None = None
-    ttft_s: float | None = None
-    latency_s: float = 0.0
-    saved_usd: float = 0.0  # a cache hit: what it would have cost, less what was charged
-    similarity: float | None = None  # of a semantic hit
-
-
 class Execution:
     """One request's run: ``open`` admits it (rate limit, budget) and primes the stream,
-    ``chunks`` drains it, ``close`` (always called, once it has ended in any way) settles."""
+    ``chunks`` drains it, ``close`` (always called, once it has ended in any way) settles.
+
+    ``progress`` is what it has seen so far; ``outcome`` is set once, when it ends."""
 
     def __init__(self, state: GatewayState, routed: RoutedRequest) -> None:
         self.state = state
         self.routed = routed
-        self.outcome = Outcome(tier=routed.tier, model=routed.generation.model)
+        self.config = routed.config
+        self.progress = Progress(routed.tier, routed.generation.model, routed.decision.trail)
+        self.outcome: Outcome | None = None
         self.ticket: budgeting.Ticket | None = None
         self._stream: AsyncIterator[Chunk] | None = None
         self._first: Chunk | None = None
-        self._finished = False
-        self._deadline = asyncio.get_running_loop().time() + state.config.server.request_timeout_s
-        self._observed = False
+        self._deadline = asyncio.get_running_loop().time() + self.config.server.request_timeout_s
         self.started = time.perf_counter()
         self.trace = current_trace()
         observe.begin(self.trace, routed)
         self._generation = self.trace.start(GENERATION)
         self._draining = False
-        self._dispatched = False
-        self._chunks = 0
-        self._first_at: float | None = None
         self._settling: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
-        self._hit: CachedResponse | None = None
         self._recorder: Recorder | None = None
+
+    @property
+    def model(self) -> str:
+        """The model answering (known once ``open`` has returned)."""
+        return self.progress.model
 
     async def open(self) -> None:
         """Admit, then get the first chunk, failing over along the tier chain while
         nothing was sent."""
         try:
             with timed("budget.reservation"):
-                tier, self.ticket = await budgeting.admit(self.state, self.routed)
-        except ApiError as exc:  # refused (429) or the budget store is down (503)
-            self._fail(exc.code or "refused")
+                decision, self.ticket = await budgeting.admit(self.state, self.routed)
+        except RateLimited as exc:
+            self._end(exc.code or "rate_limited", denied="rate_limit")
             raise
-        self._apply(tier, self.ticket)
-        self._heartbeat = budgeting.keep_alive(self.state, self.ticket)
-        if await self._from_cache():
-            return
-        visited: list[str] = []
+        except InsufficientQuota as exc:
+            self._end(exc.code or "insufficient_quota", denied="budget")
+            raise
+        except ApiError as exc:  # the budget or rate-limit store is down (503)
+            self._end(exc.code or "refused")
+            raise
+        self._admitted(decision, self.ticket)
+        self._heartbeat = budgeting.keep_alive(self.state, self.config, self.ticket)
+        if not await self._from_cache():
+            await self._dispatch()
+
+    def _admitted(self, decision: TierDecision, ticket: budgeting.Ticket) -> None:
+        """Run on the tier admission chose (a budget downgrade drops a pinned model)."""
+        routed = self.routed
+        if ticket.downgraded:
+            generation = replace(routed.generation, model=routed.requested_model)
+            self.routed = replace(routed, decision=decision, generation=generation)
+            self.progress.downgraded_from = ticket.requested_tier
+        self.progress.tier, self.progress.trail = decision.tier, decision.trail
+
+    async def _dispatch(self) -> None:
+        decision, visited = self.routed.decision, []
         while True:
+            tier = decision.tier
             info = StreamInfo()
-            stream = self.state.pools[tier].stream(self.routed.generation, info)
-            self._dispatched = True
+            stream = self.state.pools[tier].stream(self._capped(decision), info)
+            self.progress.dispatched = True
             try:
                 with timed("engine"):
                     async with asyncio.timeout_at(self._deadline):
-                        self._first = await anext(stream)
+                        first = await anext(stream)
             except EngineUnavailable as exc:
-                self._dispatched = False
-                fallback = self.state.config.tiers[tier].fallback
+                self.progress.dispatched = False
+                fallback = self.config.tiers[tier].fallback
                 if fallback is None or fallback in visited or fallback == self.routed.tier:
-                    self._fail(str(exc))
+                    self._end(str(exc))
                     raise from_engine_error(exc) from exc
                 visited.append(tier)
-                tier = fallback
+                # The one place a tier moves after admission; the move joins the trail.
+                decision = decision.moved(fallback, f"failover: {tier} -> {fallback} ({exc})")
+                self.progress.failover_from = self.progress.failover_from or tier
+                self.progress.tier, self.progress.trail = decision.tier, decision.trail
                 continue
             except EngineError as exc:
-                self._dispatched = False
-                self._fail(str(exc))
+                self.progress.dispatched = False
+                self._end(str(exc))
                 raise from_engine_error(exc) from exc
             except TimeoutError:
                 await _aclose(stream)
                 raise self._timed_out() from None
             except asyncio.CancelledError:
                 # The client left before the first token: abort the engine request now.
-                self._fail("cancelled")
+                self._end("cancelled")
                 await _aclose(stream)
                 raise
-            self.outcome.ttft_s = time.perf_counter() - self.started
-            self._count(self._first)
-            self._stream = stream
-            self.outcome.tier = tier
-            self.outcome.model = info.model or self.outcome.model
-            if visited:
-                self.outcome.failover_from = self.routed.tier
+            self.progress.model = info.model or self.progress.model
+            self._primed(stream, first)
             return
+
+    def _capped(self, decision: TierDecision) -> GenerationRequest:
+        """The engine request on ``decision.tier``: never more completion tokens than the
+        reservation paid for on any model that tier's pool may pick."""
+        assert self.ticket is not None
+        cap = run_cap(self.config, decision.tier, self.ticket.completion_cap, decision.pinned_model)
+        self.progress.run_cap = cap
+        generation = self.routed.generation
+        return replace(generation, sampling=replace(generation.sampling, max_tokens=cap))
+
+    def _primed(self, stream: AsyncIterator[Chunk], first: Chunk) -> None:
+        self.progress.first_chunk_s = time.perf_counter() - self.started
+        self._count(first)
+        self._stream, self._first = stream, first
 
     async def _from_cache(self) -> bool:
         """Answer from the cache if it has the answer; else arrange to store the live one."""
@@ -137,16 +157,13 @@ class Execution:
         if plan is None or cache is None:
             return False
         if plan.lookup:
-            with timed("cache.lookup"):
-                found = await cache.lookup(plan, self.routed.embedding)
-            self.outcome.cache, self.outcome.similarity = found.status, found.similarity
+            found = self.routed.exact
+            if found is None or found.status == "miss":
+                with timed("cache.lookup"):
+                    found = await _lookup(cache, found, plan, self.routed.embedding)
+            self.progress.cache, self.progress.similarity = found.status, found.similarity
             if found.response is not None:
-                hit = self._hit = found.response
-                self.outcome.tier, self.outcome.model = hit.tier, hit.model
-                self._stream = hit.replay()
-                self._first = await anext(self._stream)
-                self.outcome.ttft_s = time.perf_counter() - self.started
-                self._count(self._first)
+                await self._replay(found.status, found.response)
                 return True
         # A budget downgrade answers on a cheaper tier than asked: not the request's answer.
         downgraded = self.ticket is not None and self.ticket.downgraded
@@ -154,26 +171,20 @@ class Execution:
             self._recorder = Recorder()
         return False
 
-    def _apply(self, tier: str, ticket: budgeting.Ticket) -> None:
-        """Run on the tier admission chose, capped at the tokens it reserved for."""
-        routed = self.routed
-        generation = routed.generation
-        cap = budgeting.enforce_cap(routed, ticket)
-        if cap is not None:
-            generation = replace(generation, sampling=replace(generation.sampling, max_tokens=cap))
-        if tier != routed.tier:
-            trail = (*routed.decision.trail, f"budget: downgraded {routed.tier} -> {tier}")
-            decision = replace(routed.decision, tier=tier, pinned_model=None, trail=trail)
-            generation = replace(generation, model=routed.requested_model)
-            routed = replace(routed, decision=decision)
-        self.routed = replace(routed, generation=generation)
-        self.outcome.tier = tier
+    async def _replay(self, status: str, hit: CachedResponse) -> None:
+        progress = self.progress
+        progress.tier, progress.model, progress.hit_cost_usd = hit.tier, hit.model, hit.cost_usd
+        progress.trail = (*progress.trail, f"cache: {status} hit from tier {hit.tier}")
+        stream = hit.replay()
+        self._primed(stream, await anext(stream))
 
     def _count(self, chunk: Chunk) -> None:
         if chunk.text or chunk.tool_calls:
-            self._chunks += 1
-            if self._first_at is None:
-                self._first_at = time.perf_counter()
+            progress = self.progress
+            progress.streamed_chunks += 1
+            progress.streamed_bytes += len(chunk.text.encode())
+            if progress.first_token_s is None:
+                progress.first_token_s = time.perf_counter() - self.started
 
     async def chunks(self) -> AsyncIterator[Chunk]:
         """The primed first chunk, then the rest; an engine error after the first byte
@@ -184,10 +195,10 @@ class Execution:
         try:
             chunk: Chunk | None = first
             while chunk is not None:
+                if chunk.finish_reason is not None or chunk.usage is not None:
+                    chunk = self._final(chunk)
                 if self._recorder is not None:
                     self._recorder.add(chunk)
-                if chunk.usage is not None:
-                    self._settle(chunk)
                 yield chunk
                 async with asyncio.timeout_at(self._deadline):
                     chunk = await anext(stream, None)
@@ -195,133 +206,133 @@ class Execution:
                     self._count(chunk)
             await self._fill_cache()
         except EngineError as exc:
-            self._fail(str(exc))
+            self._end(str(exc))
             raise from_engine_error(exc) from exc
         except TimeoutError:
             raise self._timed_out() from None
         finally:
             await _aclose(stream)
-            if not self._finished:
-                self._fail("cancelled")
+            if self.outcome is None:
+                self._end("cancelled")
+
+    def _final(self, chunk: Chunk) -> Chunk:
+        """The last chunk ends the request; without usage it gets the usage charged."""
+        self.progress.usage, self.progress.finish_reason = chunk.usage, chunk.finish_reason
+        outcome = self._end(None)
+        return chunk if chunk.usage is not None else replace(chunk, usage=outcome.usage)
 
     async def _fill_cache(self) -> None:
         """Only a stream that ran to its natural end reaches here: store it."""
-        plan, cache, recorder = self.routed.cache, self.state.cache, self._recorder
-        if plan is None or cache is None or recorder is None or self.outcome.error is not None:
+        plan, cache, recorder, outcome = (
+            self.routed.cache,
+            self.state.cache,
+            self._recorder,
+            self.outcome,
+        )
+        if plan is None or cache is None or recorder is None or outcome is None:
+            return
+        if outcome.error is not None:
             return
         finished = recorder.finished(
-            model=self.outcome.model, tier=self.outcome.tier, cost_usd=self.outcome.cost_usd
+            model=outcome.model, tier=outcome.tier, cost_usd=outcome.cost_usd
         )
         if finished is not None:
             await cache.store(plan, finished, self.routed.embedding)
 
-    def _settle(self, final: Chunk) -> None:
-        self._finished = True
-        self.outcome.usage = final.usage
-        self.outcome.finish_reason = final.finish_reason
-        if self._hit is not None:
-            self._settle_hit(self._hit)
-            return
-        with self.trace.stage(SETTLEMENT):
-            price = self.state.config.prices.get(self.outcome.model)
-            if price is not None and final.usage is not None:
-                usage = final.usage
-                self.outcome.cost_usd = price.cost(
-                    usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens
-                )
-                self.outcome.saved_routing_usd = routing_saving(
-                    self.state.config,
-                    self.outcome.cost_usd,
-                    usage.prompt_tokens,
-                    usage.completion_tokens,
-                    usage.cached_tokens,
-                )
-        self._ended()
-
-    def _settle_hit(self, hit: CachedResponse) -> None:
-        """A hit costs ``hit_charge`` of what the stored response cost; the rest is saved."""
-        plan = self.routed.cache
-        charge = plan.policy.hit_charge if plan is not None else 0.0
-        self.outcome.cost_usd = hit.cost_usd * charge
-        self.outcome.saved_usd = hit.cost_usd - self.outcome.cost_usd
-        if self.state.cache is not None:
-            self.state.cache.record_saving(self.outcome.saved_usd)
-        self._ended()
-
     def _timed_out(self) -> GatewayTimeout:
-        timeout = self.state.config.server.request_timeout_s
-        self._fail("timeout")
+        timeout = self.config.server.request_timeout_s
+        self._end("timeout")
         return GatewayTimeout(f"the engine did not finish within {timeout:g} s")
 
-    def _fail(self, reason: str) -> None:
-        self._finished = True
-        self.outcome.error = reason
-        self._ended()
-
-    def _ended(self) -> None:
-        if self._observed:
-            return
-        self._observed = True
-        self.outcome.latency_s = time.perf_counter() - self.started
-        observe.finish(self, self._generation)
+    def _end(self, error: str | None, denied: str | None = None) -> Outcome:
+        """The request has ended: compute its one ``Outcome`` and record metrics and trace."""
+        if self.outcome is not None:
+            return self.outcome
+        plan = self.routed.cache
+        charges = Charges(
+            prompt_upper=self.ticket.prompt_upper if self.ticket is not None else 0,
+            hit_charge=plan.policy.hit_charge if plan is not None else 0.0,
+        )
+        latency_s = time.perf_counter() - self.started
+        with self.trace.stage(SETTLEMENT):
+            outcome = self.outcome = conclude(
+                self.config,
+                self.progress,
+                charges,
+                error=error,
+                denied=denied,
+                latency_s=latency_s,
+                classify_s=self.routed.classify_s,
+            )
+        if outcome.saved_cache_usd and self.state.cache is not None:
+            self.state.cache.record_saving(outcome.saved_cache_usd)
+        observe.finish(self.state.metrics, self.trace, self._generation, self.routed, outcome)
+        return outcome
 
     async def close(self) -> None:
-        """Abort an unread stream and settle the budget; safe to call more than once.
+        """Abort an unread stream and settle the budget; safe to call more than once, and
+        never raises: the answer may already be with the client.
 
         Settlement is its own task: a request cancelled while closing still settles."""
         if self._stream is not None and not self._draining:
             self._draining = True
             await _aclose(self._stream)
-        if not self._finished:
-            self._fail("cancelled")
+        outcome = self._end("cancelled")
         if self._heartbeat is not None:
             self._heartbeat.cancel()
-        if self.ticket is None:
+        if self.ticket is None and outcome.denied is None:
             return
         if self._settling is None:
-            self._settling = asyncio.ensure_future(self._settle_budget(self.ticket))
+            self._settling = asyncio.ensure_future(self._settle(outcome))
             self.state.background.add(self._settling)
             self._settling.add_done_callback(self.state.background.discard)
         await asyncio.shield(self._settling)
 
-    async def _settle_budget(self, ticket: budgeting.Ticket) -> None:
-        ended = time.perf_counter()
-        status = "ok" if self.outcome.error is None else "error"
-        if self.outcome.error == "cancelled":
-            status = "cancelled"
-        progress = budgeting.Progress(
-            dispatched=self._dispatched,
-            streamed_chunks=self._chunks,
-            latency_ms=(ended - self.started) * 1000,
-            ttft_ms=((self._first_at or ended) - self.started) * 1000,
-            status=status,
-        )
-        with timed("budget.settle"):
-            await budgeting.settle(self.state, self.routed, ticket, self.outcome, progress)
+    async def _settle(self, outcome: Outcome) -> None:
+        try:
+            with timed("budget.settle"):
+                if self.ticket is not None:
+                    await budgeting.settle(self.state, self.routed, self.ticket, outcome)
+                else:
+                    await budgeting.record_denied(self.state, self.routed, outcome)
+        except Exception:  # any failure: log it; it must never turn an answer into a 500
+            log.exception("settling %s failed", self.routed.request_id)
 
     def headers(self) -> dict[str, str]:
+        """From the ``Outcome`` once the request has ended (a whole answer), else from
+        what is known when a stream starts."""
+        seen = self.outcome if self.outcome is not None else self.progress
         headers = {
             "x-request-id": self.routed.request_id,
-            "x-tiergate-tier": self.outcome.tier,
-            "x-tiergate-model": self.outcome.model,
-            "x-tiergate-cache": self.outcome.cache,
+            "x-tiergate-tier": seen.tier,
+            "x-tiergate-model": seen.model,
+            "x-tiergate-cache": seen.cache,
         }
-        if self.outcome.similarity is not None and self.outcome.cache == "semantic":
-            headers["x-tiergate-cache-similarity"] = f"{self.outcome.similarity:.4f}"
+        if seen.similarity is not None and seen.cache == "semantic":
+            headers["x-tiergate-cache-similarity"] = f"{seen.similarity:.4f}"
         if self.routed.decision.score is not None:
             headers["x-tiergate-complexity"] = f"{self.routed.decision.score:.4f}"
-        if self.outcome.failover_from is not None:
-            headers["x-tiergate-failover"] = f"{self.outcome.failover_from}->{self.outcome.tier}"
+        if seen.failover_from is not None:
+            headers["x-tiergate-failover"] = f"{seen.failover_from}->{seen.tier}"
         if self.ticket is not None:
             headers.update(self.ticket.headers)
-            if self.ticket.downgraded:
-                headers["x-tiergate-downgraded"] = (
-                    f"{self.ticket.requested_tier}->{self.outcome.tier}"
-                )
+        if seen.downgraded_from is not None:
+            headers["x-tiergate-downgraded"] = f"{seen.downgraded_from}->{seen.tier}"
+        if self.outcome is not None and not self.routed.stream:
+            headers["x-tiergate-cost-usd"] = f"{self.outcome.cost_usd:.8f}"
         timer = current_timer()
         if timer is not None:
             headers["server-timing"] = timer.header()
         return headers
+
+
+async def _lookup(
+    cache: PromptCache, exact: Lookup | None, plan: CachePlan, embedding: EmbeddingOnce | None
+) -> Lookup:
+    """The rest of the lookup: all of it, or the semantic part after an exact miss."""
+    if exact is None:
+        return await cache.lookup(plan, embedding)
+    return await cache.lookup_semantic(plan, embedding)
 
 
 async def _aclose(stream: AsyncIterator[Chunk]) -> None:

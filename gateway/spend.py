@@ -97,6 +97,25 @@ def model_cost(config: GatewayConfig, model: str, usage: Usage) -> float:
     return price.cost(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
 
 
+def model_cap(config: GatewayConfig, model: str, cap: int) -> int:
+    """The completion tokens a request capped at ``cap`` may generate on ``model``."""
+    return min(cap, config.budgets.max_output_tokens.get(model, cap))
+
+
+def run_cap(config: GatewayConfig, tier: str, cap: int, pinned: str | None = None) -> int:
+    """The ``max_tokens`` an engine request on ``tier`` runs with: no model the tier's
+    pool may pick generates more than the reservation paid for on it."""
+    if pinned is not None:
+        return model_cap(config, pinned, cap)
+    return min(model_cap(config, config.engines[e].model, cap) for e in config.tiers[tier].engines)
+
+
+def text_upper_tokens(config: GatewayConfig, text_bytes: int) -> int:
+    """An upper estimate of the tokens in ``text_bytes`` bytes of text, by the rule the
+    prompt estimate uses (a CJK character is three bytes, so it is not undercounted)."""
+    return math.ceil(text_bytes / config.budgets.prompt_bytes_per_token)
+
+
 def worst_case(
     config: GatewayConfig, tier: str, prompt_tokens: int, cap: int, pinned: str | None = None
 ) -> WorstCase:
@@ -107,8 +126,8 @@ def worst_case(
         models = [pinned, *(m for t in fallbacks for m in tier_models(config, t))]
     usd = 0.0
     for model in models:
-        limit = min(cap, config.budgets.max_output_tokens.get(model, cap))
-        usd = max(usd, model_cost(config, model, Usage(prompt_tokens, limit)))
+        usage = Usage(prompt_tokens, model_cap(config, model, cap))
+        usd = max(usd, model_cost(config, model, usage))
     return WorstCase(tier, usd, prompt_tokens, cap)
 
 

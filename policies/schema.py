@@ -19,6 +19,14 @@ class ServerConfig(Frozen):
     max_body_bytes: int = Field(4 * 1024 * 1024, gt=0)
     request_timeout_s: float = Field(600.0, gt=0)
     timing_header: bool = False  # per-stage ``Server-Timing`` on responses (for bench/)
+    # HTTP hardening (uvicorn): a stream write that waits this long (a client that stopped
+    # reading) ends the stream; request headers must arrive within header_timeout_s;
+    # idle keep-alive connections close after keep_alive_s; past limit_concurrency open
+    # connections or requests, new requests get 503.
+    write_timeout_s: float = Field(30.0, gt=0)
+    header_timeout_s: float = Field(10.0, gt=0)
+    keep_alive_s: float = Field(5.0, gt=0)
+    limit_concurrency: int | None = Field(4096, ge=1)
     # On SIGTERM, streams in flight get this long to finish (an engine node: the longest one).
     shutdown_grace_s: int = Field(10, ge=1, le=3600)
 
@@ -139,9 +147,10 @@ class ApiKey(Frozen):
         return self
 
 
-# Cosine similarity a paraphrase must reach for a semantic hit (MiniLM). On
-# data/cache_pairs.jsonl the last false hit vanishes at 0.82; 0.85 keeps a margin
-# (precision 1.0, recall 0.75: bench/cache_pairs.py, docs/cache.md).
+# Cosine similarity a paraphrase must reach for a semantic hit (MiniLM), before the
+# verifier (semantic_verify). Under "strict" the held-out pairs give zero false hits at any
+# threshold; 0.85 keeps the verifier's candidates close (recall 0.746 held-out:
+# bench/cache_pairs.py, docs/cache.md).
 DEFAULT_SEMANTIC_THRESHOLD = 0.85
 
 
@@ -157,6 +166,10 @@ class CachePolicy(Frozen):
     cache_seeded: bool = True
     semantic: bool = True
     semantic_threshold: float = Field(DEFAULT_SEMANTIC_THRESHOLD, gt=0.0, le=1.0)
+    # After the similarity test: "strict" serves a hit only when every difference between
+    # the two questions keeps the meaning (routers/semantic_verify.py); "guard" trades
+    # precision for recall (numbers, negations, units, names only; docs/cache.md).
+    semantic_verify: Literal["strict", "guard"] = "strict"
     # Share of the original cost a hit is charged: 0 = free, 1 = full price.
     hit_charge: float = Field(0.0, ge=0.0, le=1.0)
 
@@ -225,6 +238,12 @@ class AdminConfig(Frozen):
     key_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
     key_from_env: str | None = "TIERGATE_ADMIN_KEY"
     session_ttl_s: float = Field(8 * 3600.0, gt=0, le=7 * 86_400)
+    # A raw admin key (from the environment) shorter than this refuses to start.
+    min_key_length: int = Field(16, ge=8)
+    # Wrong admin-key guesses (login form or Bearer) allowed per minute per client
+    # address, and from all addresses together; past either, 429 until the minute ends.
+    failures_per_minute: int = Field(5, ge=1)
+    failures_per_minute_total: int = Field(50, ge=1)
 
 
 class AutoscaleConfig(Frozen):
@@ -249,8 +268,12 @@ class AutoscaleConfig(Frozen):
 
 
 class MetricsConfig(Frozen):
-    # Off: no tenant label on any series (many tenants, or tenant names kept private).
-    tenant_label: bool = True
+    # On: series carry a tenant label (few tenants, names not private). Off by default.
+    tenant_label: bool = False
+    # When set, ``GET /metrics`` needs ``Authorization: Bearer TOKEN`` (token from this
+    # environment variable, or its SHA-256 in token_sha256).
+    token_from_env: str | None = None
+    token_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
     autoscale: AutoscaleConfig = AutoscaleConfig()
 
 

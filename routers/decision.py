@@ -9,7 +9,9 @@ trail that ``POST /v1/route`` shows. The order, for ``auto``:
 4. the tenant's ``allowed_tiers`` (the nearest allowed tier at or below);
 
 Budget-aware downgrade happens later, at admission, where the reservation is made in
-the same step (``gateway.budgeting``), so a tier is never chosen on a stale balance.
+the same step (``gateway.budgeting``), so a tier is never chosen on a stale balance;
+failover (``gateway.serving``) is the only other move. Both go through
+``TierDecision.moved``, so the one trail shows every step.
 
 A tier or model named explicitly is never moved: if the tenant may not use it, that
 is an error.
@@ -18,7 +20,7 @@ is an error.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from policies.schema import GatewayConfig, TenantSpec
 
@@ -42,6 +44,13 @@ class TierDecision:
     score: float | None
     trail: tuple[str, ...]
     movable: bool = False  # ``auto`` without a forced tier: later rules may still move it
+
+    def moved(self, tier: str, why: str) -> TierDecision:
+        """The decision moved to ``tier`` (budget downgrade, failover), the move on its trail."""
+        return replace(self, tier=tier, pinned_model=None, trail=(*self.trail, why))
+
+    def noted(self, note: str) -> TierDecision:
+        return replace(self, trail=(*self.trail, note))
 
 
 def tier_for_score(score: float, tiers: Sequence[str], thresholds: tuple[float, float]) -> str:

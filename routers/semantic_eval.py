@@ -1,9 +1,11 @@
 """Precision and recall of the semantic cache on labelled prompt pairs.
 
-A pair is ``{"id", "a", "b", "match", "kind"}``: ``match`` says whether ``b`` may be
-answered with ``a``'s answer. A pair is predicted to match when the guard allows it
-(``semantic_guard.comparable``) and the cosine similarity reaches the threshold —
-the same decision the cache makes.
+A pair is ``{"id", "a", "b", "match", "kind", "split"}``: ``match`` says whether ``b`` may
+be answered with ``a``'s answer. Two files: ``data/cache_pairs.jsonl`` (319 pairs written
+by hand, all ``tune``) and ``data/cache_pairs_generated.jsonl`` (templates + lexicons,
+``tune`` or ``heldout`` by kind and template: data/cache_pairs_build.py). A pair is
+predicted to match when the guard is equal (the semantic prefix), the cosine similarity
+reaches the threshold and the verifier accepts it — the decision the cache makes.
 """
 
 from __future__ import annotations
@@ -12,23 +14,36 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import orjson
 
 from routers.embedding import Embedder
-from routers.semantic_guard import comparable
+from routers.semantic_guard import guard
+from routers.semantic_verify import Verification, verified
 
-PAIRS = Path(__file__).resolve().parent.parent / "data" / "cache_pairs.jsonl"
+DATA = Path(__file__).resolve().parent.parent / "data"
+PAIRS = DATA / "cache_pairs.jsonl"
+GENERATED = DATA / "cache_pairs_generated.jsonl"
+Mode = Literal["strict", "guard", "cosine"]
 
 
 @dataclass(frozen=True, slots=True)
 class ScoredPair:
     id: str
     kind: str
+    split: str
     match: bool
     similarity: float
-    comparable: bool
+    same_prefix: bool  # the guard is part of the semantic prefix
+    strict: bool  # verified("strict", a, b)
+    guard_ok: bool  # verified("guard", a, b)
+
+    def passes(self, mode: Mode) -> bool:
+        if mode == "cosine":
+            return True
+        return self.same_prefix and (self.strict if mode == "strict" else self.guard_ok)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +65,15 @@ class Scores:
         return self.true_hits / self.positives if self.positives else 0.0
 
 
-def load_pairs(path: Path = PAIRS) -> list[dict[str, object]]:
-    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+def load_pairs(split: str | None = None, *, hand: bool = True) -> list[dict[str, object]]:
+    """The labelled pairs of one split (None: all); ``hand``: include the hand-written file."""
+    pairs = [
+        {"split": "tune", "source": "hand", **orjson.loads(line)}
+        for line in (PAIRS.read_bytes().splitlines() if hand else [])
+        if line.strip()
+    ]
+    pairs += [orjson.loads(line) for line in GENERATED.read_bytes().splitlines() if line.strip()]
+    return [p for p in pairs if split is None or p["split"] == split]
 
 
 async def score_pairs(embedder: Embedder, pairs: Sequence[dict[str, object]]) -> list[ScoredPair]:
@@ -62,19 +84,22 @@ async def score_pairs(embedder: Embedder, pairs: Sequence[dict[str, object]]) ->
         ScoredPair(
             id=str(p["id"]),
             kind=str(p["kind"]),
+            split=str(p.get("split", "tune")),
             match=bool(p["match"]),
             similarity=float(s),
-            comparable=comparable(str(p["a"]), str(p["b"])),
+            same_prefix=guard(str(p["a"])) == guard(str(p["b"])),
+            strict=verified("strict", str(p["a"]), str(p["b"])),
+            guard_ok=verified("guard", str(p["a"]), str(p["b"])),
         )
         for p, s in zip(pairs, similarity, strict=True)
     ]
 
 
-def evaluate(scored: Sequence[ScoredPair], threshold: float, *, use_guard: bool = True) -> Scores:
+def evaluate(scored: Sequence[ScoredPair], threshold: float, mode: Mode = "strict") -> Scores:
     true_hits = false_hits = 0
     false_by_kind: dict[str, int] = {}
     for pair in scored:
-        hit = pair.similarity >= threshold and (pair.comparable or not use_guard)
+        hit = pair.similarity >= threshold and pair.passes(mode)
         if hit and pair.match:
             true_hits += 1
         elif hit:
@@ -86,10 +111,17 @@ def evaluate(scored: Sequence[ScoredPair], threshold: float, *, use_guard: bool 
     )
 
 
-def zero_false_hit_threshold(scored: Sequence[ScoredPair], *, use_guard: bool = True) -> float:
+def by_kind(
+    scored: Sequence[ScoredPair], threshold: float, mode: Mode = "strict"
+) -> dict[str, Scores]:
+    kinds = sorted({p.kind for p in scored})
+    return {k: evaluate([p for p in scored if p.kind == k], threshold, mode) for k in kinds}
+
+
+def zero_false_hit_threshold(scored: Sequence[ScoredPair], mode: Mode = "strict") -> float:
     """The lowest threshold (on a 0.01 grid) at which no negative pair matches."""
-    worst = max(
-        (p.similarity for p in scored if not p.match and (p.comparable or not use_guard)),
-        default=0.0,
-    )
+    worst = max((p.similarity for p in scored if not p.match and p.passes(mode)), default=0.0)
     return math.floor(worst * 100 + 1) / 100
+
+
+__all__ = ["Verification", "by_kind", "evaluate", "load_pairs", "score_pairs"]

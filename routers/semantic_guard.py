@@ -108,8 +108,10 @@ def _names(text: str) -> list[str]:
 
 
 def guard(text: str) -> dict[str, Any]:
-    """What must be equal for a semantic match: numbers and proper names in order, the
-    units (in any order), and the negation count."""
+    """What must be equal for a semantic match, hashed into the semantic prefix: numbers
+    in order, the units (in any order), and the negation count. Case-free, so that a
+    lower- or upper-cased question still shares the prefix; proper names are compared
+    after the search (``comparable``, ``routers.semantic_verify``)."""
     words = _words(text)
     negations = sum(1 for w in words if w in _NEGATIONS or w.endswith("n't"))
     units = sorted(u for u in map(_unit, words) if u is not None)
@@ -117,7 +119,6 @@ def guard(text: str) -> dict[str, Any]:
         "numbers": _NUMBER.findall(text),
         "negations": negations,
         "units": units,
-        "names": _names(text),
     }
 
 
@@ -129,4 +130,9 @@ def reordered(a: str, b: str) -> bool:
 
 def comparable(a: str, b: str) -> bool:
     """Whether ``a`` and ``b`` may match by meaning at all (before the similarity test)."""
-    return guard(a) == guard(b) and not reordered(a, b)
+    return guard(a) == guard(b) and _names(a) == _names(b) and not reordered(a, b)
+
+
+def same_names(a: str, b: str) -> bool:
+    """The same proper names in the same order (capitalised words not starting a sentence)."""
+    return _names(a) == _names(b)

@@ -20,6 +20,7 @@ from policies.store_redis import RedisStore
 from policies.stores import redis_owner
 from routers.embedders import build_sentence_embedder
 from routers.embedding import Embedder, EmbedderUnavailable
+from routers.semantic_verify import load_lexicon
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,9 @@ async def open_cache(
     embedder: Embedder | None = None
     if config.cache.semantic:
         embedder = shared or await _embedder(config.cache.embedder_model)
+        if embedder is not None:
+            # The verifier's word list loads here, not on the first semantic lookup.
+            await asyncio.to_thread(load_lexicon)
     storage = await open_cache_storage(store, config.cache)
     await storage.start(sorted({namespace(name) for name in config.tenants}))
     log.info(

@@ -21,7 +21,7 @@ from backends.base import GenerationRequest
 from routers.embedding import last_user_text
 from routers.semantic_guard import guard
 
-VERSION = "1"  # bump when the key layout or the stored record changes
+VERSION = "2"  # bump when the key layout or the stored record changes
 _NAMESPACE_OK = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 

@@ -24,7 +24,7 @@ from gateway.cache.storage import CacheStorage, CacheUnavailable, Semantic, Tena
 from policies.schema import CacheConfig, CachePolicy
 from policies.tenants import Principal
 from routers.embedding import EmbeddingOnce
-from routers.semantic_guard import reordered
+from routers.semantic_verify import verified
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,7 @@ class CachePlan:
     lookup: bool
     store: bool
     semantic: bool
+    tenant: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +55,14 @@ class Lookup:
 class CacheCounters:
     exact_hits: int = 0
     semantic_hits: int = 0
+    refused: int = 0  # semantic candidates above the threshold the verifier turned down
     misses: int = 0
     bypassed: int = 0
     stored: int = 0
     unavailable: int = 0
     saved_usd: float = 0.0
     by_reason: dict[str, int] = field(default_factory=dict)
+    semantic_by_tenant: dict[str, int] = field(default_factory=dict)
 
 
 def cache_directives(header: str | None) -> set[str]:
@@ -110,7 +113,13 @@ class PromptCache:
         mark = fingerprint(ns, requested_model, request)
         semantic = self.semantic_enabled and policy.semantic and bool(mark.text.strip())
         return CachePlan(
-            CacheKeys(self.config.key_prefix, ns), policy, mark, lookup, store, semantic
+            CacheKeys(self.config.key_prefix, ns),
+            policy,
+            mark,
+            lookup,
+            store,
+            semantic,
+            principal.tenant,
         )
 
     def _count_bypass(self, reason: str) -> None:
@@ -133,24 +142,42 @@ class PromptCache:
             raise CacheUnavailable(str(exc)) from exc
 
     async def lookup(self, plan: CachePlan, embedding: EmbeddingOnce | None) -> Lookup:
+        """The exact key, then the semantic index."""
+        found = await self.lookup_exact(plan)
+        if found.status != "miss":
+            return found
+        return await self.lookup_semantic(plan, embedding)
+
+    async def lookup_exact(self, plan: CachePlan) -> Lookup:
+        """The exact key only (it does not depend on the tier): ``miss`` is not counted,
+        the semantic lookup that follows counts it."""
         try:
-            found = await self._lookup(plan, embedding)
+            raw = await self._guarded("get", self.storage.get(plan.keys, plan.fingerprint.exact))
         except CacheUnavailable:
             self._count_bypass("unavailable")
             return Lookup("bypass")
-        if found.status == "exact":
-            self.counters.exact_hits += 1
-        elif found.status == "semantic":
+        response = _decode(raw)
+        if response is None:
+            return Lookup("miss")
+        self.counters.exact_hits += 1
+        return Lookup("exact", response, 1.0)
+
+    async def lookup_semantic(self, plan: CachePlan, embedding: EmbeddingOnce | None) -> Lookup:
+        """The semantic index, after an exact miss."""
+        try:
+            found = await self._semantic(plan, embedding)
+        except CacheUnavailable:
+            self._count_bypass("unavailable")
+            return Lookup("bypass")
+        if found.status == "semantic":
             self.counters.semantic_hits += 1
+            by_tenant = self.counters.semantic_by_tenant
+            by_tenant[plan.tenant] = by_tenant.get(plan.tenant, 0) + 1
         else:
             self.counters.misses += 1
         return found
 
-    async def _lookup(self, plan: CachePlan, embedding: EmbeddingOnce | None) -> Lookup:
-        raw = await self._guarded("get", self.storage.get(plan.keys, plan.fingerprint.exact))
-        response = _decode(raw)
-        if response is not None:
-            return Lookup("exact", response, 1.0)
+    async def _semantic(self, plan: CachePlan, embedding: EmbeddingOnce | None) -> Lookup:
         if not plan.semantic or embedding is None:
             return Lookup("miss")
         vector = await embedding.get()
@@ -162,7 +189,8 @@ class PromptCache:
         for similarity, candidate in scored:
             if similarity < plan.policy.semantic_threshold:
                 break
-            if reordered(candidate.text, plan.fingerprint.text):
+            if not verified(plan.policy.semantic_verify, candidate.text, plan.fingerprint.text):
+                self.counters.refused += 1
                 continue
             response = _decode(candidate.record)
             if response is not None:

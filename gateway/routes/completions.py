@@ -5,11 +5,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
 from backends.base import Chunk, GenerationRequest, SamplingParams
+from gateway.deps import TenantDep
 from gateway.errors import InvalidRequest
+from gateway.http import TracedRoute
+from gateway.openapi import GENERATION_ERRORS, request_body
 from gateway.respond import generate
 from gateway.routing import new_request_id
 from gateway.serving import Execution
@@ -41,17 +45,31 @@ def to_generation(body: wire.CompletionRequest) -> GenerationRequest:
     )
 
 
-async def completions(request: Request) -> Response:
-    return await generate(request, wire.CompletionRequest, to_generation, _whole, _streamed)
+router = APIRouter(route_class=TracedRoute, tags=["v1"], responses=GENERATION_ERRORS)
+
+
+@router.post(
+    "/v1/completions", name="text_completion", openapi_extra=request_body(wire.CompletionRequest)
+)
+async def completions(request: Request, call: TenantDep) -> Response:
+    return await generate(
+        request,
+        call.state,
+        call.principal,
+        wire.CompletionRequest,
+        to_generation,
+        _whole,
+        _streamed,
+    )
 
 
 def _whole(run: Execution, text: str, final: Chunk) -> dict[str, Any]:
     routed = run.routed
-    return wire.completion_body(routed.request_id, run.outcome.model, routed.created, text, final)
+    return wire.completion_body(routed.request_id, run.model, routed.created, text, final)
 
 
 async def _streamed(run: Execution) -> AsyncIterator[dict[str, Any]]:
-    rid, created, model = run.routed.request_id, run.routed.created, run.outcome.model
+    rid, created, model = run.routed.request_id, run.routed.created, run.model
     async for chunk in run.chunks():
         if chunk.text:
             yield wire.chunk_body(rid, model, created, chunk.text)

@@ -13,6 +13,7 @@ import httpx
 import numpy as np
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from routers.batching import MicroBatcher
 from routers.classifier import ComplexityClassifier, ComplexityModel
@@ -233,3 +234,37 @@ def test_semantic_cache_and_classifier_share_one_embedder() -> None:
         assert done.headers["x-tiergate-cache"] == "miss"
         assert "x-tiergate-complexity" in done.headers
         assert embedder.batcher.texts == before + 2
+
+
+def classifications(gateway: RunningGateway) -> float:
+    text = httpx.get(gateway.base_url + "/metrics").text
+    (count,) = [
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "tiergate_classifier_duration_seconds_count"
+    ]
+    return count
+
+
+def test_classifier_latency_counts_each_auto_request_and_an_exact_hit_skips_it(
+    gateway: RunningGateway,
+) -> None:
+    client = openai.OpenAI(base_url=gateway.base_url + "/v1", api_key=TEST_KEY, max_retries=0)
+    before = classifications(gateway)
+    for text in ("count me one", "count me two", HARD):
+        client.chat.completions.create(**chat(text))
+    client.chat.completions.create(**chat("named tiers are not classified", model="small"))
+    assert classifications(gateway) - before == 3
+
+    # Cacheable (temperature 0): the first is classified and stored, the repeat is
+    # answered from the exact cache without classifying.
+    body = {**chat("cache me exactly please"), "temperature": 0}
+    first = client.chat.completions.with_raw_response.create(**body)
+    assert first.headers["x-tiergate-cache"] == "miss"
+    assert "x-tiergate-complexity" in first.headers
+    repeat = client.chat.completions.with_raw_response.create(**body)
+    assert repeat.headers["x-tiergate-cache"] == "exact"
+    assert "x-tiergate-complexity" not in repeat.headers
+    assert repeat.parse().choices[0].message.content == first.parse().choices[0].message.content
+    assert classifications(gateway) - before == 4

@@ -16,7 +16,7 @@ from tests.support import OTHER_KEY, TEST_KEY, RunningGateway, fake_config, runn
 
 ADMIN_KEY = "tg-admin-key-for-cache-tests"
 QUESTION = "What is the boiling point of water at sea level?"
-PARAPHRASE = "At sea level, what temperature does water boil at?"
+PARAPHRASE = "At sea level, what's the boiling point of water?"
 
 pytestmark = pytest.mark.slow  # loads the sentence model per gateway
 
@@ -231,6 +231,9 @@ def test_admin_usage_and_flush(gateway: RunningGateway) -> None:
     assert usage["tenants"]["acme"]["entries"] >= 1
     assert usage["tenants"]["acme"]["memory_bytes"] > 0
     assert usage["counters"]["exact_hits"] >= 0
+    # Semantic hits per tenant: acme got one in the paraphrase test, globex none.
+    assert usage["tenants"]["acme"]["semantic_hits"] >= 1
+    assert usage["tenants"]["globex"]["semantic_hits"] == 0
     denied = httpx.delete(
         gateway.base_url + "/admin/api/cache/acme", headers={"authorization": f"Bearer {TEST_KEY}"}
     )

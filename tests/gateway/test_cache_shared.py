@@ -36,7 +36,7 @@ from tests.support import (
 pytestmark = pytest.mark.slow
 
 QUESTION = "What is the boiling point of water at sea level?"
-PARAPHRASE = "At sea level, what temperature does water boil at?"
+PARAPHRASE = "At sea level, what's the boiling point of water?"
 
 
 def post(base: str, content: str, key: str = TEST_KEY, **extra: Any) -> httpx.Response:

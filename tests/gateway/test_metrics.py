@@ -13,6 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from policies.ledger import SpendEvent
 from tests.support import OTHER_KEY, REPO, TEST_KEY, RunningGateway, fake_config, running_gateway
 
 PRICES = {"fake-small": (0.1, 0.2), "fake-medium": (1.0, 2.0), "fake-large": (10.0, 20.0)}
@@ -32,6 +33,12 @@ def value(samples: list[Sample], name: str, **labels: str) -> float:
     return sum(found)
 
 
+def ledger_events(gateway: RunningGateway) -> list[SpendEvent]:
+    now = time.time()
+    events: list[SpendEvent] = gateway.call(gateway.state.ledger.events(now - 600, now + 60))
+    return events
+
+
 def client(gateway: RunningGateway, key: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{gateway.base_url}/v1", api_key=key, max_retries=0)
 
@@ -43,12 +50,13 @@ def traffic_config() -> dict[str, object]:
     engines["fake-large"]["options"] = {"tokens": 6, "first_token_delay_s": 0.3}
     engines["fake-medium"]["options"] = {"tokens": 8, "token_delay_s": 0.5, "max_inflight": 2}
     config["metrics"] = {
+        "tenant_label": True,
         "autoscale": {
             "up_p99_s": 0.25,
             "down_p99_s": 0.15,
             "up_utilisation": 0.8,
             "down_utilisation": 0.3,
-        }
+        },
     }
     return config
 
@@ -174,24 +182,45 @@ def test_counters_and_histograms_move_with_traffic() -> None:
             time.sleep(0.02)
         assert value(after, "tiergate_requests_total", tier="medium", status="cancelled") == 2
         assert value(after, "tiergate_engine_inflight", engine="fake-medium-0") == 0
+        # A cancelled stream is charged (its prompt reached an engine): /metrics says what
+        # the ledger says, request by request summed per tier.
+        for _ in range(200):
+            events = [e for e in ledger_events(gateway) if e.status == "cancelled"]
+            if len(events) == 2:
+                break
+            time.sleep(0.02)
+        assert len(events) == 2 and all(e.cost_usd > 0 for e in events)
+        assert value(scrape(gateway), "tiergate_cost_usd_total", tier="medium") == pytest.approx(
+            sum(e.cost_usd for e in events)
+        )
+        ledger = ledger_events(gateway)
+        for tier in ("small", "large"):
+            assert value(scrape(gateway), "tiergate_cost_usd_total", tier=tier) == pytest.approx(
+                sum(e.cost_usd for e in ledger if e.tier == tier)
+            )
 
 
-def test_failures_hooks_and_no_tenant_label() -> None:
+def test_failures_denials_and_no_tenant_label() -> None:
     config = fake_config(tokens=4)
     config["engines"]["fake-large"]["options"] = {"dead": True}
     config["tiers"]["large"]["fallback"] = None
     config["metrics"] = {"tenant_label": False}
+    config["tenants"]["acme"]["rate_limit"] = {"requests_per_minute": 2}
+    config["tenants"]["globex"]["budget"] = {"limit_usd": 0.0}
     with running_gateway(config) as gateway:
-        acme = client(gateway, TEST_KEY)
+        acme, globex = client(gateway, TEST_KEY), client(gateway, OTHER_KEY)
+        hi = [{"role": "user", "content": "x"}]
         with pytest.raises(openai.APIStatusError) as refused:
-            acme.chat.completions.create(model="large", messages=[{"role": "user", "content": "x"}])
+            acme.chat.completions.create(model="large", messages=hi)  # type: ignore[arg-type]
         assert refused.value.status_code == 503
-        acme.chat.completions.create(model="small", messages=[{"role": "user", "content": "x"}])
-        # Hooks the budget, rate-limit and classifier stages call.
-        gateway.state.metrics.denied("acme", "budget")
-        gateway.state.metrics.denied("globex", "rate_limit")
-        gateway.state.metrics.denied("globex", "rate_limit")
-        gateway.state.metrics.classified(0.004)
+        acme.chat.completions.create(model="small", messages=hi)  # type: ignore[arg-type]
+        for _ in range(2):  # the third and fourth request in the minute
+            with pytest.raises(openai.RateLimitError) as limited:
+                acme.chat.completions.create(model="small", messages=hi)  # type: ignore[arg-type]
+            assert limited.value.code == "rate_limit_exceeded"
+        with pytest.raises(openai.RateLimitError) as broke:
+            globex.chat.completions.create(model="small", messages=hi)  # type: ignore[arg-type]
+        assert broke.value.code == "insufficient_quota"
         samples = scrape(gateway)
         assert value(samples, "tiergate_requests_total", tier="large", status="error") == 1
         assert value(samples, "tiergate_requests_total", tier="small", status="ok") == 1
@@ -202,21 +231,27 @@ def test_failures_hooks_and_no_tenant_label() -> None:
         assert value(samples, "tiergate_engine_healthy", engine="fake-large-0") == 0
         assert value(samples, "tiergate_denials_total", reason="budget") == 1
         assert value(samples, "tiergate_denials_total", reason="rate_limit") == 2
-        assert value(samples, "tiergate_classifier_duration_seconds_count") == 1
-        assert value(samples, "tiergate_classifier_duration_seconds_bucket", le="0.005") == 1
+        assert value(samples, "tiergate_classifier_duration_seconds_count") == 0  # no `auto`
         assert not [s for s in samples if "tenant" in s.labels]
+        # The ledger records each refusal with its reason, as the counter does.
+        denied = [e for e in ledger_events(gateway) if e.kind == "denied"]
+        assert sorted(e.status for e in denied) == ["budget", "rate_limit", "rate_limit"]
 
 
 def test_grafana_dashboard_queries_only_exported_metrics() -> None:
     dashboard = json.loads((REPO / "deploy" / "grafana" / "tiergate.json").read_text())
     exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
     wanted = {m for e in exprs for m in re.findall(r"\btiergate_[a-z0-9_]+", e)}
-    with running_gateway(fake_config(tokens=3)) as gateway:
+    config = fake_config(tokens=3)
+    config["tenants"]["globex"]["budget"] = {"limit_usd": 0.0}
+    with running_gateway(config) as gateway:
         client(gateway, TEST_KEY).chat.completions.create(
             model="small", messages=[{"role": "user", "content": "x"}]
         )
-        gateway.state.metrics.denied("acme", "budget")
-        gateway.state.metrics.classified(0.001)
+        with pytest.raises(openai.RateLimitError):  # a real denial, so the series exists
+            client(gateway, OTHER_KEY).chat.completions.create(
+                model="small", messages=[{"role": "user", "content": "x"}]
+            )
         gateway.state.replicas["fake-small"][0].engine.counters.extra["prefix_cache_hit_rate"] = 0.5
         exported = {s.name for s in scrape(gateway)}
     missing = wanted - exported
