@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any, BinaryIO
 
 import orjson
+from jinja2 import TemplateError
 
 FINISH_TYPES = {"stop": "stop", "length": "length"}
 
@@ -85,10 +86,13 @@ class Bridge:
         except asyncio.CancelledError:
             self.engine.tokenizer_manager.abort_request(rid)
             raise
-        except (ValueError, TypeError, KeyError) as exc:
+        except (ValueError, TypeError, KeyError, TemplateError) as exc:
+            # the request cannot be rendered or sampled as sent (a chat template's
+            # raise_exception is a jinja2 TemplateError)
             self.send({"op": "error", "id": rid, "kind": "rejected", "message": str(exc)})
-        except RuntimeError as exc:
-            self.send({"op": "error", "id": rid, "kind": "failed", "message": str(exc)})
+        except Exception as exc:  # reported, never left waiting for request_timeout_s
+            failure = f"{type(exc).__name__}: {exc}"
+            self.send({"op": "error", "id": rid, "kind": "failed", "message": failure})
         finally:
             self.tasks.pop(rid, None)
 

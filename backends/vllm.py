@@ -18,8 +18,10 @@ import itertools
 import os
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from backends import vllm_chat
 from backends.base import (
     Chunk,
     EngineCounters,
@@ -124,6 +126,7 @@ class VllmEngine:
         env: Mapping[str, str] | None = None,
         engine_args: Mapping[str, Any] | None = None,
         default_max_tokens: int = 256,
+        tool_parser: str | None = None,
         **options: Any,
     ) -> None:
         unknown = set(options) - set(PASSTHROUGH)
@@ -135,7 +138,12 @@ class VllmEngine:
         self.name = name
         self.model = model
         self.counters = EngineCounters()
-        self.capabilities: frozenset[str] = frozenset()
+        # ``tool_parser``: the vLLM tool parser for this model's call format (hermes…).
+        self.tool_parser = tool_parser
+        self.capabilities = vllm_chat.BASE_CAPABILITIES | (
+            vllm_chat.TOOL_CAPABILITIES if tool_parser else frozenset()
+        )
+        self._parser_cls: Any = None
         self.stats = EngineStats()
         self.model_path = model_path or model
         self.device_ids = tuple(device_ids) if device_ids is not None else None
@@ -150,10 +158,17 @@ class VllmEngine:
     async def start(self) -> None:
         factory = _stat_logger_factory(self.stats)
         # Building spawns the engine core and waits for it to load: off the event loop.
-        self._engine = await asyncio.to_thread(self._build, factory)
+        engine = await asyncio.to_thread(self._build, factory)
+        try:
+            self._parser_cls = vllm_chat.parser_class(self.tool_parser, engine.renderer.tokenizer)
+        except (KeyError, TypeError, ValueError):
+            await asyncio.to_thread(engine.shutdown)
+            raise
+        self._engine = engine
         self._dead = False
 
     def _build(self, stat_logger: Any) -> Any:
+        from vllm.config import StructuredOutputsConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -161,7 +176,13 @@ class VllmEngine:
             model=self.model_path,
             served_model_name=[self.model],
             disable_log_stats=True,  # our logger only; vLLM's default loggers stay off
-            **self.args,
+            # Compact JSON under constraints: free whitespace lets a model pad forever.
+            **{
+                "structured_outputs_config": StructuredOutputsConfig(
+                    backend="xgrammar", disable_any_whitespace=True
+                ),
+                **self.args,
+            },
         )
         env = dict(self.env)
         if self.device_ids is not None:
@@ -199,44 +220,62 @@ class VllmEngine:
 
     # -- requests --------------------------------------------------------------------------
 
-    def _sampling(self, request: GenerationRequest, room: int | None = None) -> Any:
-        """vLLM sampling; without a client ``max_tokens``, the default capped by ``room``."""
+    def _max_tokens(self, request: GenerationRequest, room: int) -> int:
+        """The client's ``max_tokens``, else the default capped by the room left."""
+        if request.sampling.max_tokens is not None:
+            return request.sampling.max_tokens
+        return max(1, min(self.default_max_tokens, room))
+
+    def _sampling(self, request: GenerationRequest, max_tokens: int) -> Any:
+        """vLLM sampling for a plain prompt (``/v1/completions``)."""
         from vllm.sampling_params import RequestOutputKind, SamplingParams
 
         s = request.sampling
-        max_tokens = s.max_tokens or self.default_max_tokens
-        if s.max_tokens is None and room is not None:
-            max_tokens = max(1, min(max_tokens, room))
         return SamplingParams(
             max_tokens=max_tokens,
             temperature=1.0 if s.temperature is None else s.temperature,
             top_p=1.0 if s.top_p is None else s.top_p,
             seed=s.seed,
             stop=list(s.stop) or None,
+            frequency_penalty=s.frequency_penalty or 0.0,
+            presence_penalty=s.presence_penalty or 0.0,
+            logprobs=(request.top_logprobs or 0) if request.logprobs else None,
             output_kind=RequestOutputKind.DELTA,
         )
 
-    async def _render(self, engine: Any, request: GenerationRequest, max_tokens: int) -> Any:
-        """The engine's own rendering: its chat template, its tokenizer, its length checks
-        (``max_tokens`` 0: the prompt alone must fit)."""
-        from vllm.renderers.params import ChatParams, TokenizeParams
+    async def _prepare(self, engine: Any, request: GenerationRequest) -> _Prepared:
+        """The engine's own rendering (its chat template, its tokenizer, its length checks:
+        with no ``max_tokens`` the prompt alone must fit), its sampling, and for chat with
+        tools the tool parser that reads the output back."""
+        from vllm.renderers.params import TokenizeParams
 
         max_len = engine.model_config.max_model_len
+        params = TokenizeParams(
+            max_total_tokens=max_len,
+            max_output_tokens=request.sampling.max_tokens or 0,
+            add_special_tokens=request.prompt is not None,
+        )
         if request.prompt is not None:
-            params = TokenizeParams(
-                max_total_tokens=max_len, max_output_tokens=max_tokens, add_special_tokens=True
-            )
             (prompt,) = await engine.renderer.render_cmpl_async(
                 [{"prompt": request.prompt}], params
             )
-            return prompt
-        params = TokenizeParams(
-            max_total_tokens=max_len, max_output_tokens=max_tokens, add_special_tokens=False
+            room = max_len - len(prompt.get("prompt_token_ids") or ())
+            return _Prepared(prompt, self._sampling(request, self._max_tokens(request, room)))
+        vreq = vllm_chat.vllm_request(request, self.model)
+        parser = None
+        if self._parser_cls is not None and vllm_chat.uses_tools(vreq):
+            parser = self._parser_cls(
+                engine.renderer.tokenizer, vreq.tools, model_config=engine.model_config
+            )
+            vreq = parser.adjust_request(vreq)
+        _, (prompt,) = await engine.renderer.render_chat_async(
+            [vreq.messages], vllm_chat.chat_params(vreq), params
         )
-        chat = ChatParams(chat_template_kwargs={"add_generation_prompt": True})
-        messages = [dict(m) for m in request.messages or ()]
-        _, (prompt,) = await engine.renderer.render_chat_async([messages], chat, params)
-        return prompt
+        prompt_ids = list(prompt.get("prompt_token_ids") or ())
+        max_tokens = self._max_tokens(request, max_len - len(prompt_ids))
+        defaults = engine.model_config.get_diff_sampling_param()
+        sampling = vreq.to_sampling_params(max_tokens, defaults)
+        return _Prepared(prompt, sampling, vreq, parser, prompt_ids)
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
         from vllm.exceptions import GracefulHTTPError, VLLMClientError
@@ -246,28 +285,41 @@ class VllmEngine:
         if engine is None or self._dead or engine.errored:
             raise EngineUnavailable(f"{self.name} is not running")
         field = unsupported_field(request, self.capabilities)
-        if field is not None:  # tool parsers and structured outputs: not wired up yet
-            raise UpstreamRejected(f"the vllm backend cannot honour {field}", status=400)
+        if field is not None:  # tools without a tool parser in the engine's options
+            raise UpstreamRejected(f"the vllm engine {self.name} cannot honour {field}", status=400)
         try:
-            prompt = await self._render(engine, request, request.sampling.max_tokens or 0)
+            prep = await self._prepare(engine, request)
         except (VLLMClientError, ValueError, TypeError) as exc:
             raise UpstreamRejected(str(exc), status=400) from exc
-        prompt_len = len(prompt.get("prompt_token_ids") or ()) if isinstance(prompt, dict) else 0
-        sampling = self._sampling(request, engine.model_config.max_model_len - prompt_len)
         request_id = f"{request.request_id}-{self.name}-{next(_ids)}"
         self.counters.started += 1
+        top = request.top_logprobs or 0
+        calls = vllm_chat.ToolCallAssembly()
         completion_tokens = 0
         finished = False
         try:
             async with contextlib.aclosing(
-                engine.generate(prompt, sampling, request_id)
+                engine.generate(prep.prompt, prep.sampling, request_id)
             ) as outputs:
                 async for output in outputs:
                     piece = output.outputs[0]
-                    completion_tokens += len(piece.token_ids)
-                    self.counters.generated_tokens += len(piece.token_ids)
-                    if piece.text:
-                        yield Chunk(text=piece.text)
+                    ids = list(piece.token_ids)
+                    completion_tokens += len(ids)
+                    self.counters.generated_tokens += len(ids)
+                    text, deltas = piece.text, tuple[dict[str, Any], ...]()
+                    if prep.parser is not None:
+                        message = prep.parser.parse_delta(
+                            piece.text, ids, prep.vreq, prep.prompt_ids, finished=output.finished
+                        )
+                        text, deltas = vllm_chat.delta_parts(message)
+                        calls.add(deltas)
+                    logprobs = (
+                        vllm_chat.token_logprobs(ids, piece.logprobs, top)
+                        if request.logprobs
+                        else None
+                    )
+                    if text or deltas or logprobs:
+                        yield Chunk(text=text, tool_call_deltas=deltas or None, logprobs=logprobs)
                     if output.finished:
                         finished = True
                         usage = Usage(
@@ -275,7 +327,11 @@ class VllmEngine:
                             completion_tokens=completion_tokens,
                             cached_tokens=int(output.num_cached_tokens or 0),
                         )
-                        yield Chunk(finish_reason=piece.finish_reason or "stop", usage=usage)
+                        whole = calls.whole()
+                        reason = piece.finish_reason or "stop"
+                        if whole and reason == "stop":
+                            reason = "tool_calls"
+                        yield Chunk(finish_reason=reason, usage=usage, tool_calls=whole)
         except GracefulHTTPError as exc:  # admission control: max_num_queued_reqs
             raise EngineOverloaded(f"{self.name}: {exc}") from exc
         except EngineDeadError as exc:
@@ -294,3 +350,15 @@ class VllmEngine:
                     # generate() aborts on GeneratorExit too; this covers a stream that
                     # is dropped between outputs. Aborting twice is a no-op in vLLM.
                     await engine.abort(request_id)
+
+
+@dataclass
+class _Prepared:
+    """A rendered request: the engine's prompt and sampling, and for chat vLLM's own
+    request model and the tool parser that reads calls from the output."""
+
+    prompt: Any
+    sampling: Any
+    vreq: Any = None
+    parser: Any = None
+    prompt_ids: list[int] | None = None

@@ -11,8 +11,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+# Hermes-style tools: the functions in a system turn, calls as <tool_call>JSON</tool_call>
+# (what vLLM's ``hermes`` tool parser reads), results as ``tool`` turns.
 CHAT_TEMPLATE = (
-    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}"
+    "{% if tools %}<|system|>\nFunctions: {{ tools | tojson }}\nCall one as "
+    '<tool_call>{"name": NAME, "arguments": ARGS}</tool_call><|end|>\n{% endif %}'
+    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] or '' }}"
+    "{% for c in m['tool_calls'] or [] %}<tool_call>"
+    "{{ {'name': c['function']['name'], 'arguments': c['function']['arguments']} | tojson }}"
+    "</tool_call>{% endfor %}<|end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
 SPECIAL = ["<s>", "</s>", "<unk>", "<|end|>", "<|user|>", "<|assistant|>", "<|system|>"]

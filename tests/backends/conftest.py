@@ -130,3 +130,21 @@ def sglang_bridge(engine_loop: LoopThread) -> Iterator[Any]:
     engine_loop.run(engine.start())
     yield engine
     engine_loop.run(engine.aclose())
+
+
+@pytest.fixture(scope="session")
+def vllm_gateway(tiny_llama: Path) -> Iterator[Any]:
+    """One real gateway over one in-process vLLM engine (with vLLM's hermes tool parser),
+    shared by every gateway-level vLLM test: an engine start costs 25-40 s on CPU."""
+    from tests.support import fake_config, running_gateway
+
+    config = fake_config()
+    config["engines"]["tiny"] = {
+        "backend": "vllm",
+        "model": "tiny-llama",
+        "options": {**vllm_options(tiny_llama), "max_num_seqs": 4, "tool_parser": "hermes"},
+    }
+    config["tiers"]["small"] = {"engines": ["tiny"]}
+    config["prices"]["tiny-llama"] = {"input": 1.0, "cached_input": 0.1, "output": 2.0}
+    with running_gateway(config) as gateway:
+        yield gateway

@@ -17,6 +17,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import jinja2
+
 
 @dataclass
 class FakeLoadSnapshot:
@@ -33,6 +35,9 @@ class FakeTokenizer:
     def apply_chat_template(
         self, messages: list[dict[str, Any]], tokenize: bool, add_generation_prompt: bool
     ) -> str:
+        for m in messages:  # as real templates do, through jinja2's raise_exception
+            if m["role"] not in ("system", "user", "assistant", "tool"):
+                raise jinja2.TemplateError(f"unknown role {m['role']!r}")
         body = "".join(f"<|{m['role']}|>{m['content']}<|end|>" for m in messages)
         return body + ("<|assistant|>" if add_generation_prompt else "")
 

@@ -90,11 +90,11 @@ def vllm_subject(engine: Any) -> Subject:
     async def reference(request: GenerationRequest) -> str:
         from vllm.sampling_params import RequestOutputKind
 
-        sampling = engine._sampling(request)
-        sampling.output_kind = RequestOutputKind.FINAL_ONLY
-        prompt = await engine._render(engine.llm, request, sampling.max_tokens)
+        prep = await engine._prepare(engine.llm, request)
+        prep.sampling.output_kind = RequestOutputKind.FINAL_ONLY
         final = None
-        async for output in engine.llm.generate(prompt, sampling, f"ref-{uuid.uuid4().hex}"):
+        reference_id = f"ref-{uuid.uuid4().hex}"
+        async for output in engine.llm.generate(prep.prompt, prep.sampling, reference_id):
             final = output
         assert final is not None
         return str(final.outputs[0].text)

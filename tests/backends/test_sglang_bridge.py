@@ -108,3 +108,18 @@ def test_worker_death_is_reported_and_the_pool_moves_on(engine_loop: LoopThread)
             await asyncio.gather(*(r.aclose() for r in replicas))
 
         engine_loop.run(close())
+
+
+def test_a_template_error_is_reported_at_once_and_frees_the_slot(
+    sglang_bridge: Any, engine_loop: LoopThread
+) -> None:
+    """The worker reports every exception (here the chat template's): the request fails in
+    well under request_timeout_s and nothing stays held."""
+    request = chat("x")
+    object.__setattr__(request, "messages", ({"role": "narrator", "content": "x"},))
+    started = time.monotonic()
+    with pytest.raises(UpstreamRejected, match="unknown role"):
+        engine_loop.run(collect(sglang_bridge, request), timeout=10)
+    assert time.monotonic() - started < 5
+    assert sglang_bridge.unfinished() == 0
+    assert "".join(c.text for c in engine_loop.run(collect(sglang_bridge, chat("ok"))))

@@ -89,28 +89,17 @@ def test_a_pool_of_two_engines_keeps_a_conversation_where_its_cache_is(
     assert pool.counters.prefix_hit_rate == 2 / 3
 
 
-def test_gateway_over_in_process_vllm(tiny_llama: Any) -> None:
+def test_gateway_over_in_process_vllm(vllm_gateway: Any) -> None:
     """The whole path: official client → uvicorn → pool → AsyncLLM in the gateway process."""
     import httpx
     import openai
 
-    from tests.backends.conftest import vllm_options
-    from tests.support import TEST_KEY, fake_config, running_gateway
+    from tests.support import TEST_KEY
 
-    config = fake_config()
-    config["engines"]["tiny"] = {
-        "backend": "vllm",
-        "model": "tiny-llama",
-        "options": {**vllm_options(tiny_llama), "max_num_seqs": 4},
-    }
-    config["tiers"]["small"] = {"engines": ["tiny"]}
-    config["prices"]["tiny-llama"] = {"input": 1.0, "cached_input": 0.1, "output": 2.0}
+    gw = vllm_gateway
     system = long_prefix()
     messages = [{"role": "system", "content": system}, {"role": "user", "content": "hi"}]
-    with (
-        running_gateway(config) as gw,
-        openai.OpenAI(base_url=gw.base_url + "/v1", api_key=TEST_KEY, max_retries=0) as client,
-    ):
+    with openai.OpenAI(base_url=gw.base_url + "/v1", api_key=TEST_KEY, max_retries=0) as client:
         engine = gw.state.replicas["tiny"][0].engine
         params: dict[str, Any] = {"model": "small", "max_tokens": 12, "temperature": 0}
         whole = client.chat.completions.with_raw_response.create(messages=messages, **params)
