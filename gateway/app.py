@@ -15,17 +15,17 @@ from functools import partial
 
 from fastapi import FastAPI
 from opentelemetry.sdk.trace import TracerProvider
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import Response
 
 from backends.pool import EnginePool, PoolSettings, Replica
 from backends.registry import build_engine
-from gateway.admin import routes as admin
+from gateway.admin.routes import admin_router
+from gateway.admin_auth import weak_admin_key
 from gateway.cache.build import close_cache, open_cache
 from gateway.cluster import join_cluster
-from gateway.errors import ApiError
+from gateway.error_boundary import install_error_handling
+from gateway.http import GatewayRoute
 from gateway.metrics import GatewayMetrics
+from gateway.openapi import ADMIN_ERRORS, GatewayApp
 from gateway.reload import install_sighup, remove_sighup
 from gateway.reload_bus import reload_and_publish
 from gateway.routes import (
@@ -41,7 +41,8 @@ from gateway.routes import (
     models,
 )
 from gateway.state import GatewayState
-from gateway.tracing import open_tracing, traced
+from gateway.throttle import GuessThrottle
+from gateway.tracing import open_tracing
 from policies.key_directory import KeyDirectory
 from policies.schema import GatewayConfig, PoolSpec
 from policies.store import StoreUnavailable
@@ -108,6 +109,9 @@ async def build_state(
         embedder=embedder or shared,  # one embedder: the cache and the classifier share it
         classifier=routing.classifier if routing is not None else None,
         notes=notes,
+        admin_guesses=GuessThrottle(
+            config.admin.failures_per_minute, config.admin.failures_per_minute_total
+        ),
     )
     return state
 
@@ -167,18 +171,6 @@ async def close_state(state: GatewayState) -> None:
     await asyncio.to_thread(state.tracing.shutdown)
 
 
-async def _api_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, ApiError)
-    return exc.response()
-
-
-async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    error = ApiError(str(exc.detail), code="not_found" if exc.status_code == 404 else None)
-    error.status, error.type = exc.status_code, "invalid_request_error"
-    return error.response(dict(exc.headers or {}))
-
-
 def create_app(
     config: GatewayConfig,
     config_source: Callable[[], GatewayConfig] | None = None,
@@ -190,6 +182,9 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        weak = weak_admin_key(config)
+        if weak is not None:
+            raise RuntimeError(weak)
         state = await build_state(config, tracer_provider)
         state.config_source = config_source
         app.state.tiergate = state
@@ -213,26 +208,45 @@ def create_app(
             await cluster.aclose()
             await close_state(state)
 
-    app = FastAPI(title="tiergate", lifespan=lifespan, docs_url=None, redoc_url=None)
-    app.add_exception_handler(ApiError, _api_error)
-    app.add_exception_handler(HTTPException, _http_error)
-    app.add_route("/v1/chat/completions", traced("chat", chat.chat_completions), methods=["POST"])
-    app.add_route(
-        "/v1/completions", traced("text_completion", completions.completions), methods=["POST"]
+    app = GatewayApp(
+        title="tiergate",
+        summary="OpenAI-compatible gateway: cheapest capable tier, shared cache, budgets",
+        version=_version(),
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
-    app.add_route("/v1/models", models.list_models, methods=["GET"])
+    app.router.route_class = GatewayRoute
+    install_error_handling(app)
+    for router in (
+        chat.router,
+        completions.router,
+        models.router,
+        explain.router,
+        admin_budgets.router,
+        admin_cache.router,
+        health.router,
+        metrics.router,
+        admin_router(),
+    ):
+        app.include_router(router)
+    app.add_api_route(
+        "/admin/api/policies/reload",
+        reload_and_publish,
+        methods=["POST"],
+        tags=["admin"],
+        responses=ADMIN_ERRORS,
+    )
+    # Not yet on FastAPI dependencies (added by other slices): raw Starlette routes.
     app.add_route("/v1/load", load.load, methods=["GET"])
-    app.add_route("/admin/api/budgets", admin_budgets.list_budgets, methods=["GET"])
-    app.add_route("/admin/api/budgets", admin_budgets.set_budget, methods=["PUT"])
-    app.add_route("/admin/api/budgets/spend", admin_budgets.spend_by_day, methods=["GET"])
-    app.add_route("/admin/api/cache", admin_cache.cache_usage, methods=["GET"])
-    app.add_route("/admin/api/cache/{tenant}", admin_cache.tenant_usage, methods=["GET"])
-    app.add_route("/admin/api/cache/{tenant}", admin_cache.flush_tenant, methods=["DELETE"])
-    app.add_route("/v1/route", explain.explain_route, methods=["POST"])
-    app.add_route("/admin/api/policies/reload", reload_and_publish, methods=["POST"])
-    app.add_route("/healthz", health.healthz, methods=["GET"])
-    app.add_route("/readyz", health.readyz, methods=["GET"])
-    app.add_route("/metrics", metrics.metrics, methods=["GET"])
-    admin.add_routes(app)
     admin_keys.add_routes(app)
     return app
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tiergate")
+    except PackageNotFoundError:
+        return "0"

@@ -16,7 +16,9 @@ from policies.loader import ConfigError, load_config
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from gateway.admin_auth import weak_admin_key
     from gateway.app import create_app
+    from gateway.server import server_config
 
     started = time.perf_counter()
     try:
@@ -24,21 +26,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
+    weak = weak_admin_key(config)
+    if weak is not None:
+        print(weak, file=sys.stderr)
+        return 2
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
     app = create_app(config, lambda: load_effective_config(args.config))
     logging.getLogger("gateway").info("config loaded in %.2fs", time.perf_counter() - started)
-    uvicorn.run(
+    options = server_config(
         app,
+        config,
         host=host,
         port=port,
         log_level=get_settings().log_level,
         access_log=args.access_log,
         loop="auto",
-        http="auto",
         timeout_graceful_shutdown=config.server.shutdown_grace_s,
     )
-    return 0
+    server = uvicorn.Server(options)
+    server.run()
+    return 0 if server.started else 3  # 3: the lifespan failed (uvicorn's startup failure)
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:

@@ -1,25 +1,112 @@
-"""Request plumbing every endpoint shares: bounded body reads and API-key auth."""
+"""Request plumbing every endpoint shares: bounded body reads and tenant-key auth."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
 from starlette.requests import Request
+from starlette.responses import Response
 
-from gateway.errors import InvalidApiKey, InvalidRequest, PayloadTooLarge, ServiceUnavailable
+from gateway.errors import (
+    InvalidApiKey,
+    InvalidRequest,
+    PayloadTooLarge,
+    RequestTimeout,
+    ServiceUnavailable,
+)
 from gateway.sse import wait_disconnect
 from gateway.state import GatewayState
-from gateway.tracing import AUTH, stage
+from gateway.timing import begin_request
+from gateway.tracing import AUTH, stage, traced
 from policies.store import StoreUnavailable
 from policies.tenants import Principal
 
 T = TypeVar("T")
+Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 as soon as it (or its declared length) passes ``limit``."""
+class GatewayRoute(APIRoute):
+    """FastAPI's route, resolving the one-dependency routes of ``gateway.deps`` directly.
+
+    FastAPI's general resolver costs tens of microseconds per request on this path
+    (``bench/route_overhead.py``). A route whose parameters are only ``request`` and
+    dependencies that themselves take only ``request`` is called as FastAPI would call
+    it, without the general machinery; any other route, or any dependency override,
+    takes FastAPI's own path. The schema is FastAPI's either way.
+    """
+
+    def get_route_handler(self) -> Handler:
+        general = super().get_route_handler()
+        if not _direct(self.dependant):
+            return general
+        call: Callable[..., Awaitable[Response]] = self.dependant.call  # type: ignore[assignment]
+        request_name = self.dependant.request_param_name
+        needs: list[tuple[str, Callable[[Request], Awaitable[Any]]]] = [
+            (d.name, d.call)  # type: ignore[misc]
+            for d in self.dependant.dependencies
+        ]
+        overrides = self.dependency_overrides_provider
+
+        async def direct(request: Request) -> Response:
+            if overrides is not None and getattr(overrides, "dependency_overrides", None):
+                return await general(request)
+            values: dict[str, Any] = {name: await dep(request) for name, dep in needs}
+            if request_name is not None:
+                values[request_name] = request
+            return await call(**values)
+
+        return direct
+
+
+def _direct(dependant: Dependant) -> bool:
+    def plain(d: Dependant) -> bool:
+        return not (
+            d.path_params
+            or d.query_params
+            or d.header_params
+            or d.cookie_params
+            or d.body_params
+            or d.websocket_param_name
+            or d.http_connection_param_name
+            or d.response_param_name
+            or d.background_tasks_param_name
+            or d.security_scopes_param_name
+            or d.is_gen_callable
+            or d.is_async_gen_callable
+        )
+
+    return (
+        plain(dependant)
+        and dependant.is_coroutine_callable
+        and all(
+            plain(d) and not d.dependencies and d.is_coroutine_callable and d.name
+            for d in dependant.dependencies
+        )
+    )
+
+
+class TracedRoute(GatewayRoute):
+    """A generation route: its root span and stage timer start before the dependencies
+    (auth included) run; the route's ``name`` is the span's operation."""
+
+    def get_route_handler(self) -> Handler:
+        handler = traced(self.name, super().get_route_handler())
+
+        async def timed(request: Request) -> Response:
+            state: GatewayState = request.app.state.tiergate
+            begin_request(state.config.server.timing_header)
+            return await handler(request)
+
+        return timed
+
+
+async def read_body(request: Request, limit: int, timeout_s: float | None = None) -> bytes:
+    """The body, refused with 413 as soon as it (or its declared length) passes ``limit``,
+    and with 408 when it has not all arrived within ``timeout_s`` (a slow sender)."""
     declared = request.headers.get("content-length")
     if declared is not None:
         try:
@@ -28,6 +115,14 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise InvalidRequest("invalid Content-Length header") from None
         if too_big:
             raise PayloadTooLarge(f"the request body exceeds {limit} bytes")
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await _bounded_body(request, limit)
+    except TimeoutError:
+        raise RequestTimeout(f"the request body did not arrive within {timeout_s}s") from None
+
+
+async def _bounded_body(request: Request, limit: int) -> bytes:
     parts: list[bytes] = []
     size = 0
     async for part in request.stream():
@@ -38,16 +133,22 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(parts)
 
 
-async def authenticate(request: Request, state: GatewayState) -> Principal:
+def bearer_key(request: Request) -> str | None:
+    scheme, _, key = request.headers.get("authorization", "").partition(" ")
+    return key if scheme.lower() == "bearer" else None
+
+
+async def authenticate(state: GatewayState, key: str | None) -> Principal:
+    """The tenant behind a Bearer key (the one place tenant keys are checked:
+    ``state.keys``, the config's keys and the API-managed ones)."""
     with stage(AUTH) as span:
-        header = request.headers.get("authorization", "")
-        scheme, _, key = header.partition(" ")
-        if scheme.lower() != "bearer" or not key.strip():
+        key = (key or "").strip()
+        if not key:
             raise InvalidApiKey(
                 "You didn't provide an API key (header 'Authorization: Bearer KEY')."
             )
         try:
-            principal = await state.keys.authenticate(key.strip())
+            principal = await state.keys.authenticate(key)
         except StoreUnavailable:
             raise ServiceUnavailable("the key store is unreachable") from None
         if principal is None:

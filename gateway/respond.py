@@ -12,13 +12,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from backends.base import Chunk, GenerationRequest, TokenLogprob
-from gateway.http import authenticate, read_body, until_disconnect
+from gateway.http import read_body, until_disconnect
 from gateway.routing import route
 from gateway.serving import Execution
 from gateway.sse import EventStreamResponse, sse
-from gateway.state import get_state
-from gateway.timing import begin_request, lap
+from gateway.state import GatewayState
+from gateway.timing import lap
 from gateway.wire.common import SamplingFields, parse_body
+from policies.tenants import Principal
 
 BodyBuilder = Callable[[Execution, str, Chunk], dict[str, Any]]
 StreamBuilder = Callable[[Execution], AsyncIterator[dict[str, Any]]]
@@ -27,20 +28,20 @@ Body = TypeVar("Body", bound=SamplingFields)
 
 async def generate(
     request: Request,
+    state: GatewayState,
+    principal: Principal,
     wire_model: type[Body],
     to_generation: Callable[[Body], GenerationRequest],
     whole: BodyBuilder,
     streamed: StreamBuilder,
 ) -> Response:
-    """What every generation endpoint does; only the wire shapes differ."""
-    state = get_state(request)
-    # The request's config snapshot, taken as the key is looked up (a YAML key resolves
-    # before the first await, so a policy reload lands wholly before or wholly after the
-    # pair): nothing later reads state.config.
+    """What every generation endpoint does; only the wire shapes differ. The route's
+    dependency resolved ``state`` and authenticated ``principal`` (tracing stage "auth")."""
+    # The request's config snapshot, taken right after the key was looked up in the route's
+    # dependency (a YAML key resolves without suspending, so a policy reload lands wholly
+    # before or wholly after the pair): nothing later reads state.config.
     config = state.config
-    begin_request(config.server.timing_header)
-    principal = await authenticate(request, state)  # times itself: tracing stage "auth"
-    raw = await read_body(request, config.server.max_body_bytes)
+    raw = await read_body(request, config.server.max_body_bytes, config.server.header_timeout_s)
     body = parse_body(wire_model, raw)
     lap("parse")
     routed = await route(
@@ -68,7 +69,12 @@ async def respond(
         except BaseException:
             await run.close()
             raise
-        return EventStreamResponse(sse(streamed(run)), run.headers(), on_close=run.close)
+        return EventStreamResponse(
+            sse(streamed(run), run.routed.request_id),
+            run.headers(),
+            on_close=run.close,
+            write_timeout_s=run.routed.config.server.write_timeout_s,
+        )
     try:
         payload = await until_disconnect(request, _collect(run, whole))
     finally:

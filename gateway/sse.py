@@ -1,8 +1,11 @@
 """The outer streaming layer: wire bodies in, ``data:`` lines out, always ending in [DONE].
 
-An error after the first byte becomes one error event. A client disconnect cancels
-the stream at once, even while no token is flowing (prefill, queue wait), so the
-engine request is aborted; nothing more is written.
+An error after the first byte becomes one error event (an unexpected one: a generic
+``internal_error`` with the request id, the traceback only in the log). A client
+disconnect cancels the stream at once, even while no token is flowing (prefill, queue
+wait), so the engine request is aborted; nothing more is written. So does a client
+that stops reading: a write that cannot go out within ``write_timeout_s`` ends the
+stream, and closing it frees the engine slot and the budget hold.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from gateway.errors import ApiError
+from gateway.errors import ApiError, internal_error
 
 log = logging.getLogger(__name__)
 
@@ -27,13 +30,18 @@ def event(body: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(body) + b"\n\n"
 
 
-async def sse(bodies: AsyncIterator[dict[str, Any]]) -> AsyncGenerator[bytes, None]:
+async def sse(
+    bodies: AsyncIterator[dict[str, Any]], request_id: str = ""
+) -> AsyncGenerator[bytes, None]:
     try:
         async for body in bodies:
             yield event(body)
     except ApiError as exc:
-        log.warning("stream failed after the first byte: %s", exc.message)
+        log.warning("%s: stream failed after the first byte: %s", request_id, exc.detail or exc)
         yield event(exc.body())
+    except Exception:
+        log.exception("%s: stream failed after the first byte", request_id)
+        yield event(internal_error(request_id or "unknown").body())
     yield DONE
 
 
@@ -52,9 +60,13 @@ class EventStreamResponse(Response):
         events: AsyncGenerator[bytes, None],
         headers: Mapping[str, str],
         on_close: Callable[[], Awaitable[None]] | None = None,
+        write_timeout_s: float | None = None,
     ) -> None:
         self.events = events
         self.on_close = on_close
+        self.write_timeout_s = write_timeout_s
+        self.writing = False  # inside a write: it blocks while the client's socket is full
+        self.written = 0
         self.status_code = 200
         self.background = None
         self.init_headers({**headers, "cache-control": "no-cache", "x-accel-buffering": "no"})
@@ -62,9 +74,12 @@ class EventStreamResponse(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         writer = asyncio.ensure_future(self._write(send))
         watcher = asyncio.ensure_future(wait_disconnect(receive))
+        stall = self._watch_stalls(writer)
         try:
             await asyncio.wait({writer, watcher}, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            if stall is not None:
+                stall.cancel()
             writer.cancel()
             watcher.cancel()
             await asyncio.wait({writer, watcher})
@@ -75,13 +90,43 @@ class EventStreamResponse(Response):
         if not writer.cancelled():
             writer.result()
 
+    def _watch_stalls(self, writer: asyncio.Future[None]) -> _StallWatch | None:
+        if self.write_timeout_s is None:
+            return None
+        return _StallWatch(self, writer, self.write_timeout_s)
+
     async def _write(self, send: Send) -> None:
         await send(
             {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
         )
         try:
             async for data in self.events:
+                self.writing = True
                 await send({"type": "http.response.body", "body": data, "more_body": True})
+                self.writing = False
+                self.written += 1
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:
             log.info("client went away mid-stream")
+
+
+class _StallWatch:
+    """Cancels the writer once one write has waited ``timeout`` (checked every ``timeout``,
+    so a reader that stopped is cut after one to two periods). One timer per stream, not
+    one per chunk: each write only flips a flag and bumps a counter."""
+
+    def __init__(self, stream: EventStreamResponse, writer: asyncio.Future[None], timeout: float):
+        self.stream, self.writer, self.timeout = stream, writer, timeout
+        self.seen = -1
+        self.handle = asyncio.get_running_loop().call_later(timeout, self.check)
+
+    def check(self) -> None:
+        if self.stream.writing and self.stream.written == self.seen:
+            log.warning("client stopped reading for %ss: stream closed", self.timeout)
+            self.writer.cancel()
+            return
+        self.seen = self.stream.written
+        self.handle = asyncio.get_running_loop().call_later(self.timeout, self.check)
+
+    def cancel(self) -> None:
+        self.handle.cancel()

@@ -11,6 +11,7 @@ from starlette.requests import Request
 from backends.pool import EnginePool, Replica
 from gateway.cache.service import PromptCache
 from gateway.metrics import GatewayMetrics
+from gateway.throttle import GuessThrottle
 from gateway.tracing import Tracing
 from policies.audit import AuditLog
 from policies.budget import BudgetStore
@@ -47,6 +48,7 @@ class GatewayState:
     notes: list[str] = field(default_factory=list)
     classifier: Classifier | None = None  # None: ``auto`` goes to the tenant's default tier
     config_source: Callable[[], GatewayConfig] | None = None  # re-read on policy reload
+    admin_guesses: GuessThrottle = field(default_factory=lambda: GuessThrottle(5, 50))
 
 
 def get_state(request: Request) -> GatewayState:

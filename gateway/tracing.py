@@ -240,6 +240,8 @@ def traced(operation: str, handler: Endpoint) -> Endpoint:
         try:
             response = await handler(request)
         except ApiError as exc:
+            if exc.detail:  # what the upstream said: for the operator, never the client
+                trace.root.set_attribute("tiergate.error.detail", exc.detail)
             trace.end(exc.status, exc.code or exc.type)
             raise
         except BaseException as exc:

@@ -21,6 +21,14 @@ class ServerConfig(Frozen):
     max_body_bytes: int = Field(4 * 1024 * 1024, gt=0)
     request_timeout_s: float = Field(600.0, gt=0)
     timing_header: bool = False  # per-stage ``Server-Timing`` on responses (for bench/)
+    # HTTP hardening (uvicorn): a stream write that waits this long (a client that stopped
+    # reading) ends the stream; request headers must arrive within header_timeout_s;
+    # idle keep-alive connections close after keep_alive_s; past limit_concurrency open
+    # connections or requests, new requests get 503.
+    write_timeout_s: float = Field(30.0, gt=0)
+    header_timeout_s: float = Field(10.0, gt=0)
+    keep_alive_s: float = Field(5.0, gt=0)
+    limit_concurrency: int | None = Field(4096, ge=1)
     # On SIGTERM, streams in flight get this long to finish (an engine node: the longest one).
     shutdown_grace_s: int = Field(10, ge=1, le=3600)
 
@@ -261,6 +269,12 @@ class AdminConfig(Frozen):
     key_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
     key_from_env: str | None = "TIERGATE_ADMIN_KEY"
     session_ttl_s: float = Field(8 * 3600.0, gt=0, le=7 * 86_400)
+    # A raw admin key (from the environment) shorter than this refuses to start.
+    min_key_length: int = Field(16, ge=8)
+    # Wrong admin-key guesses (login form or Bearer) allowed per minute per client
+    # address, and from all addresses together; past either, 429 until the minute ends.
+    failures_per_minute: int = Field(5, ge=1)
+    failures_per_minute_total: int = Field(50, ge=1)
 
 
 class AutoscaleConfig(Frozen):
@@ -285,8 +299,12 @@ class AutoscaleConfig(Frozen):
 
 
 class MetricsConfig(Frozen):
-    # Off: no tenant label on any series (many tenants, or tenant names kept private).
-    tenant_label: bool = True
+    # On: series carry a tenant label (few tenants, names not private). Off by default.
+    tenant_label: bool = False
+    # When set, ``GET /metrics`` needs ``Authorization: Bearer TOKEN`` (token from this
+    # environment variable, or its SHA-256 in token_sha256).
+    token_from_env: str | None = None
+    token_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
     autoscale: AutoscaleConfig = AutoscaleConfig()
 
 

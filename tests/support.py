@@ -17,6 +17,7 @@ import httpx
 import uvicorn
 
 from gateway.app import create_app
+from gateway.server import server_config
 from gateway.state import GatewayState
 from policies.schema import GatewayConfig
 
@@ -110,14 +111,10 @@ def running_gateway(
     if isinstance(config, dict):
         config = GatewayConfig.model_validate(config)
     port = free_port()
+    app = create_app(config, config_source, tracer_provider=tracer_provider)
+    # The same hardened uvicorn settings as ``tiergate serve`` (gateway.server).
     server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(config, config_source, tracer_provider=tracer_provider),
-            host="127.0.0.1",
-            port=port,
-            log_level="warning",
-            lifespan="on",
-        )
+        server_config(app, config, host="127.0.0.1", port=port, log_level="warning")
     )
     gateway = RunningGateway(server, port)
 

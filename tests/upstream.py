@@ -71,6 +71,17 @@ def build_app(log: UpstreamLog, token_delay_s: float = 0.0) -> Starlette:
                 }
             }
             return Response(orjson.dumps(error), status_code=400, media_type="application/json")
+        if body.get("model") == "unauthorized":  # a provider's 401 body, as they look
+            error = {
+                "error": {
+                    "message": "Incorrect API key provided: sk-live-abcdef123456 for "
+                    "https://10.0.0.7:8443/v1 (org org-42)",
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": "invalid_api_key",
+                }
+            }
+            return Response(orjson.dumps(error), status_code=401, media_type="application/json")
         words = WORDS[: body.get("max_tokens") or len(WORDS)]
         usage = {
             "prompt_tokens": 7,

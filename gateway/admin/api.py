@@ -14,14 +14,13 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 import orjson
-from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.admin import report
-from gateway.admin.access import require_admin_access
 from gateway.admin.budgets import budget_limits
+from gateway.deps import AdminDep
 from gateway.errors import InvalidRequest, ServiceUnavailable
-from gateway.state import GatewayState, get_state
+from gateway.state import GatewayState
 from policies.ledger import SpendEvent, days_between
 from policies.store import StoreUnavailable
 
@@ -35,8 +34,7 @@ def today() -> date:
     return datetime.now(UTC).date()
 
 
-def _parse_day(request: Request, name: str, default: date) -> date:
-    raw = request.query_params.get(name)
+def _parse_day(raw: str | None, name: str, default: date) -> date:
     if raw is None or raw == "":
         return default
     try:
@@ -45,9 +43,9 @@ def _parse_day(request: Request, name: str, default: date) -> date:
         raise InvalidRequest(f"{name} must be a date like 2026-01-31", param=name) from None
 
 
-def date_range(request: Request) -> tuple[date, date]:
-    end = _parse_day(request, "end", today())
-    start = _parse_day(request, "start", end - timedelta(days=DEFAULT_DAYS - 1))
+def date_range(start_text: str | None, end_text: str | None) -> tuple[date, date]:
+    end = _parse_day(end_text, "end", today())
+    start = _parse_day(start_text, "start", end - timedelta(days=DEFAULT_DAYS - 1))
     if start > end:
         raise InvalidRequest("start must not be after end", param="start")
     if (end - start).days + 1 > MAX_DAYS:
@@ -67,15 +65,12 @@ async def _events(state: GatewayState, start: date, end: date) -> list[SpendEven
     return await state.ledger.events(start_ts, end_ts, EVENT_SAMPLE)
 
 
-async def _authorized_range(request: Request) -> tuple[GatewayState, date, date]:
-    state = get_state(request)
-    await require_admin_access(request, state)
-    start, end = date_range(request)
-    return state, start, end
+async def overview(state: AdminDep, start: str | None = None, end: str | None = None) -> Response:
+    first, last = date_range(start, end)
+    return await _overview(state, first, last)
 
 
-async def overview(request: Request) -> Response:
-    state, start, end = await _authorized_range(request)
+async def _overview(state: GatewayState, start: date, end: date) -> Response:
     tenants, tiers = state.keys.tenant_names(), list(state.config.tiers)
     now = today()
     try:
@@ -96,9 +91,12 @@ async def overview(request: Request) -> Response:
     return _json(await asyncio.to_thread(build))
 
 
-async def denials(request: Request) -> Response:
+async def denials(state: AdminDep, start: str | None = None, end: str | None = None) -> Response:
     """The newest refused requests (budget, rate limit) among the newest events of the range."""
-    state, start, end = await _authorized_range(request)
+    return await _denials(state, *date_range(start, end))
+
+
+async def _denials(state: GatewayState, start: date, end: date) -> Response:
     try:
         events = await _events(state, start, end)
     except StoreUnavailable as exc:

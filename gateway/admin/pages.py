@@ -20,7 +20,7 @@ from starlette.responses import FileResponse, RedirectResponse, Response
 
 from gateway.admin.access import has_session, sessions
 from gateway.admin.session import COOKIE, COOKIE_PATH
-from gateway.admin_auth import admin_digest, is_admin_key, require_admin
+from gateway.admin_auth import admin_digest, check_admin_guess, client_address, require_admin
 from gateway.errors import ApiError, InvalidRequest, ServiceUnavailable
 from gateway.http import read_body
 from gateway.settings import get_settings
@@ -94,8 +94,8 @@ async def login(request: Request) -> Response:
     raw = await read_body(request, LOGIN_BODY_LIMIT)
     key = parse_qs(raw.decode("utf-8", "replace")).get("key", [""])[0].strip()
     digest = admin_digest(state)
-    if not key or digest is None or not is_admin_key(state, key):
-        log.warning("admin login refused from %s", request.client.host if request.client else "?")
+    if digest is None or not check_admin_guess(request, state, key):
+        log.warning("admin login refused from %s", client_address(request))
         return _page("login.html", 401, "That is not the admin key.")
     try:
         token = await sessions(state).create(digest)

@@ -7,18 +7,20 @@ applies it from its next reservation on; ``{"reset": true}`` returns to the YAML
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.admin.access import require_admin_access
+from gateway.deps import AdminDep
 from gateway.errors import ApiError, InvalidRequest
-from gateway.http import read_body
+from gateway.http import GatewayRoute, read_body
+from gateway.openapi import ADMIN_ERRORS, request_body
 from gateway.routes.admin_audit import record
-from gateway.state import GatewayState, get_state
+from gateway.state import GatewayState
+from gateway.wire.admin import BudgetUpdate
 from gateway.wire.common import parse_body
 from policies.budget import GLOBAL_SCOPE, Scope, ScopeStatus, key_scope, tenant_scope
 from policies.schema import BudgetSpec
@@ -26,31 +28,15 @@ from policies.spending import tenant_scopes
 from policies.store import StoreUnavailable
 
 MAX_DAYS = 400
+router = APIRouter(
+    route_class=GatewayRoute, prefix="/admin/api/budgets", tags=["admin"], responses=ADMIN_ERRORS
+)
 
 
 class NotFound(ApiError):
     status = 404
     type = "invalid_request_error"
     code = "not_found"
-
-
-class BudgetUpdate(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    scope: Literal["global", "tenant", "key"] = "tenant"
-    tenant: str | None = None
-    key_id: str | None = None
-    limit_usd: float | None = Field(None, ge=0)  # null: uncapped
-    window: Literal["daily", "monthly", "total"] = "daily"
-    reset: bool = False
-
-    @model_validator(mode="after")
-    def _names(self) -> BudgetUpdate:
-        if self.scope != "global" and not self.tenant:
-            raise ValueError("tenant is required unless scope is global")
-        if self.scope == "key" and not self.key_id:
-            raise ValueError("key_id is required when scope is key")
-        return self
 
 
 def _status_body(status: ScopeStatus) -> dict[str, Any]:
@@ -75,9 +61,8 @@ def _unavailable(exc: StoreUnavailable) -> ApiError:
     return error
 
 
-async def list_budgets(request: Request) -> Response:
-    state = get_state(request)
-    await require_admin_access(request, state)
+@router.get("")
+async def list_budgets(state: AdminDep) -> Response:
     config = state.config
     scopes = [Scope(GLOBAL_SCOPE, config.budgets.global_budget)]
     for tenant in config.tenants:
@@ -118,10 +103,10 @@ def _scope_name(state: GatewayState, update: BudgetUpdate) -> str:
     return key_scope(update.tenant, update.key_id)
 
 
-async def set_budget(request: Request) -> Response:
-    state = get_state(request)
-    await require_admin_access(request, state)
-    update = parse_body(BudgetUpdate, await read_body(request, 64 * 1024))
+@router.put("", openapi_extra=request_body(BudgetUpdate))
+async def set_budget(request: Request, state: AdminDep) -> Response:
+    timeout = state.config.server.header_timeout_s
+    update = parse_body(BudgetUpdate, await read_body(request, 64 * 1024, timeout))
     scope = _scope_name(state, update)
     limit = (
         None
@@ -150,23 +135,27 @@ def _day(text: str | None, default: date, name: str) -> date:
         raise InvalidRequest(f"{name} must be a date (YYYY-MM-DD)", param=name) from None
 
 
-async def spend_by_day(request: Request) -> Response:
+@router.get("/spend")
+async def spend_by_day(
+    state: AdminDep,
+    start: str | None = None,
+    end: str | None = None,
+    tenant: str | None = None,
+) -> Response:
     """Per tenant and UTC day in [start, end] (default: the last 7 days)."""
-    state = get_state(request)
-    await require_admin_access(request, state)
     today = datetime.now(UTC).date()
-    end = _day(request.query_params.get("end"), today, "end")
-    start = _day(request.query_params.get("start"), end - timedelta(days=6), "start")
-    if start > end or (end - start).days >= MAX_DAYS:
+    last = _day(end, today, "end")
+    first = _day(start, last - timedelta(days=6), "start")
+    if first > last or (last - first).days >= MAX_DAYS:
         raise InvalidRequest(f"start must be on or before end, at most {MAX_DAYS} days")
-    wanted = request.query_params.get("tenant")
+    wanted = tenant
     known = state.keys.tenant_names()
     if wanted is not None and wanted not in known:
         raise NotFound(f"no tenant {wanted!r}", param="tenant")
     tenants = [wanted] if wanted is not None else known
     try:
-        days = await state.ledger.daily(tenants, start, end)
+        days = await state.ledger.daily(tenants, first, last)
     except StoreUnavailable as exc:
         raise _unavailable(exc) from exc
     rows = [{"tenant": d.tenant, "day": d.day, **d.values} for d in days]
-    return _json({"start": start.isoformat(), "end": end.isoformat(), "days": rows})
+    return _json({"start": first.isoformat(), "end": last.isoformat(), "days": rows})

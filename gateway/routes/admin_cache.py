@@ -5,15 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from starlette.requests import Request
+from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from gateway.admin_auth import require_admin
 from gateway.cache.service import PromptCache
 from gateway.cache.storage import CacheUnavailable, TenantUsage
+from gateway.deps import AdminKeyDep
 from gateway.errors import ApiError, ServiceUnavailable
+from gateway.http import GatewayRoute
+from gateway.openapi import ADMIN_ERRORS
 from gateway.routes.admin_audit import record
-from gateway.state import GatewayState, get_state
+from gateway.state import GatewayState
+
+router = APIRouter(
+    route_class=GatewayRoute, prefix="/admin/api/cache", tags=["admin"], responses=ADMIN_ERRORS
+)
 
 
 class UnknownTenant(ApiError):
@@ -26,16 +32,13 @@ def _json(body: dict[str, Any]) -> Response:
     return Response(orjson.dumps(body), media_type="application/json")
 
 
-def _cache(request: Request) -> tuple[GatewayState, PromptCache]:
-    state = get_state(request)
-    require_admin(request, state)
+def _cache(state: GatewayState) -> PromptCache:
     if state.cache is None:
         raise ServiceUnavailable("the prompt cache is off for every tenant")
-    return state, state.cache
+    return state.cache
 
 
-def _tenant(state: GatewayState, request: Request) -> str:
-    tenant = str(request.path_params["tenant"])
+def _tenant(state: GatewayState, tenant: str) -> str:
     if tenant not in state.config.tenants:
         raise UnknownTenant(f"no tenant named {tenant!r}", param="tenant")
     return tenant
@@ -49,8 +52,9 @@ def _usage_body(usage: TenantUsage) -> dict[str, Any]:
     }
 
 
-async def cache_usage(request: Request) -> Response:
-    state, cache = _cache(request)
+@router.get("")
+async def cache_usage(state: AdminKeyDep) -> Response:
+    cache = _cache(state)
     tenants: dict[str, Any] = {}
     try:
         for name in state.config.tenants:
@@ -78,9 +82,10 @@ async def cache_usage(request: Request) -> Response:
     )
 
 
-async def tenant_usage(request: Request) -> Response:
-    state, cache = _cache(request)
-    tenant = _tenant(state, request)
+@router.get("/{tenant}")
+async def tenant_usage(tenant: str, state: AdminKeyDep) -> Response:
+    cache = _cache(state)
+    tenant = _tenant(state, tenant)
     try:
         usage = await cache.usage(tenant)
     except CacheUnavailable as exc:
@@ -89,9 +94,10 @@ async def tenant_usage(request: Request) -> Response:
     return _json({"tenant": tenant, **_usage_body(usage), "semantic_hits": semantic_hits})
 
 
-async def flush_tenant(request: Request) -> Response:
-    state, cache = _cache(request)
-    tenant = _tenant(state, request)
+@router.delete("/{tenant}")
+async def flush_tenant(request: Request, tenant: str, state: AdminKeyDep) -> Response:
+    cache = _cache(state)
+    tenant = _tenant(state, tenant)
     try:
         removed = await cache.flush(tenant)
     except CacheUnavailable as exc:

@@ -5,11 +5,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
 from backends.base import Chunk, GenerationRequest, SamplingParams
+from gateway.deps import TenantDep
 from gateway.errors import InvalidRequest
+from gateway.http import TracedRoute
+from gateway.openapi import GENERATION_ERRORS, request_body
 from gateway.respond import generate
 from gateway.routing import new_request_id
 from gateway.serving import Execution
@@ -41,8 +45,22 @@ def to_generation(body: wire.CompletionRequest) -> GenerationRequest:
     )
 
 
-async def completions(request: Request) -> Response:
-    return await generate(request, wire.CompletionRequest, to_generation, _whole, _streamed)
+router = APIRouter(route_class=TracedRoute, tags=["v1"], responses=GENERATION_ERRORS)
+
+
+@router.post(
+    "/v1/completions", name="text_completion", openapi_extra=request_body(wire.CompletionRequest)
+)
+async def completions(request: Request, call: TenantDep) -> Response:
+    return await generate(
+        request,
+        call.state,
+        call.principal,
+        wire.CompletionRequest,
+        to_generation,
+        _whole,
+        _streamed,
+    )
 
 
 def _whole(run: Execution, text: str, final: Chunk) -> dict[str, Any]:

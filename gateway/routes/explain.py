@@ -8,23 +8,33 @@ features, the chosen tier and every rule that moved it.
 from __future__ import annotations
 
 import orjson
+from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.deps import TenantDep
 from gateway.errors import InvalidRequest
-from gateway.http import authenticate, read_body
+from gateway.http import GatewayRoute, read_body
+from gateway.openapi import errors, request_body
 from gateway.routes import chat, completions
 from gateway.routing import route
-from gateway.state import get_state
 from gateway.wire import chat as chat_wire
 from gateway.wire import completions as completions_wire
 from gateway.wire.common import parse_body
 
+router = APIRouter(
+    route_class=GatewayRoute, tags=["v1"], responses=errors(400, 401, 404, 408, 413, 429, 500, 503)
+)
 
-async def explain_route(request: Request) -> Response:
-    state = get_state(request)
-    principal = await authenticate(request, state)
-    raw = await read_body(request, state.config.server.max_body_bytes)
+
+@router.post(
+    "/v1/route",
+    openapi_extra=request_body(chat_wire.ChatCompletionRequest, completions_wire.CompletionRequest),
+)
+async def explain_route(request: Request, call: TenantDep) -> Response:
+    state, principal = call.state, call.principal
+    server = state.config.server
+    raw = await read_body(request, server.max_body_bytes, server.header_timeout_s)
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

@@ -10,19 +10,23 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from starlette.requests import Request
+from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from gateway.deps import StateDep
+from gateway.http import GatewayRoute
 from gateway.reload_bus import config_version
-from gateway.state import get_state
+
+router = APIRouter(route_class=GatewayRoute, tags=["operations"])
 
 
-async def healthz(request: Request) -> Response:
+@router.get("/healthz")
+async def healthz() -> Response:
     return Response(b'{"status":"ok"}', media_type="application/json")
 
 
-async def readyz(request: Request) -> Response:
-    state = get_state(request)
+@router.get("/readyz", responses={503: {"description": "not ready (the body says why)"}})
+async def readyz(request: Request, state: StateDep) -> Response:
     tiers = {name: pool.healthy() for name, pool in state.pools.items()}
     store_ok = await state.store.ping()
     ready = state.ready and store_ok and all(tiers.values())

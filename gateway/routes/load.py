@@ -13,7 +13,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.http import authenticate
+from gateway.http import authenticate, bearer_key
 from gateway.state import GatewayState, get_state
 
 
@@ -38,5 +38,5 @@ def node_load(state: GatewayState) -> dict[str, object]:
 
 async def load(request: Request) -> Response:
     state = get_state(request)
-    await authenticate(request, state)
+    await authenticate(state, bearer_key(request))
     return Response(orjson.dumps(node_load(state)), media_type="application/json")

@@ -1,18 +1,27 @@
-"""``GET /metrics``: Prometheus text exposition of the gateway's own registry."""
+"""``GET /metrics``: Prometheus text exposition of the gateway's own registry.
+
+With ``metrics.token_from_env`` (or ``token_sha256``) set, the scraper must send
+``Authorization: Bearer TOKEN`` (``gateway.deps.scraper``); otherwise the route is open
+(expose it to the scraper only).
+"""
 
 from __future__ import annotations
 
 import asyncio
 
+from fastapi import APIRouter
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.state import get_state
+from gateway.deps import ScraperDep
+from gateway.http import GatewayRoute
+from gateway.openapi import errors
+
+router = APIRouter(route_class=GatewayRoute, tags=["operations"], responses=errors(401, 500))
 
 
-async def metrics(request: Request) -> Response:
-    state = get_state(request)
+@router.get("/metrics")
+async def metrics(state: ScraperDep) -> Response:
     # Gauges are read on the loop (engine state lives there); rendering runs off it.
     state.metrics.refresh(state.replicas, state.pools)
     body = await asyncio.to_thread(state.metrics.render)

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import orjson
-from starlette.requests import Request
+from fastapi import APIRouter
 from starlette.responses import Response
 
-from gateway.http import authenticate
-from gateway.state import get_state
+from gateway.deps import TenantDep
+from gateway.http import GatewayRoute
+from gateway.openapi import errors
 
 CREATED = 1_700_000_000
+router = APIRouter(route_class=GatewayRoute, tags=["v1"], responses=errors(401, 500))
 
 
-async def list_models(request: Request) -> Response:
-    state = get_state(request)
-    await authenticate(request, state)
-    config = state.config
+@router.get("/v1/models")
+async def list_models(call: TenantDep) -> Response:
+    config = call.state.config
     entries = [
         {
             "id": "auto",

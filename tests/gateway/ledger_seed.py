@@ -194,4 +194,7 @@ def admin_config(base: dict[str, Any]) -> dict[str, Any]:
     """``base`` with the admin key set by digest (no environment needed)."""
     import hashlib
 
-    return {**base, "admin": {"key_sha256": hashlib.sha256(ADMIN_KEY.encode()).hexdigest()}}
+    digest = hashlib.sha256(ADMIN_KEY.encode()).hexdigest()
+    # These tests try many wrong keys on purpose: the guess throttle has its own test.
+    throttle = {"failures_per_minute": 1000, "failures_per_minute_total": 1000}
+    return {**base, "admin": {"key_sha256": digest, **throttle}}

@@ -228,7 +228,7 @@ def test_an_engine_failing_mid_stream_settles_what_it_generated(setup: Any) -> N
             stream=True,
         )
         parts: list[str] = []
-        with pytest.raises(openai.APIError, match="failed after 3 tokens"):
+        with pytest.raises(openai.APIError, match="the model failed while generating"):
             for chunk in stream:
                 parts += [c.delta.content or "" for c in chunk.choices]
         text = "".join(parts)

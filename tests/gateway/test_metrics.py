@@ -51,12 +51,13 @@ def traffic_config() -> dict[str, object]:
     engines["fake-medium"]["options"] = {"tokens": 8, "token_delay_s": 0.5}
     engines["fake-medium"]["max_inflight"] = 2
     config["metrics"] = {
+        "tenant_label": True,
         "autoscale": {
             "up_p99_s": 0.25,
             "down_p99_s": 0.15,
             "up_utilisation": 0.8,
             "down_utilisation": 0.3,
-        }
+        },
     }
     return config
 

@@ -133,6 +133,9 @@ def test_stream_joins_the_callers_trace_and_failures_are_marked(
     root = next(s for s in roots(exporter, 2) if s.name == "chat large")
     assert root.status.status_code == StatusCode.ERROR
     assert root.attributes is not None and root.attributes["http.response.status_code"] == 503
+    # What the engine said is in the trace for the operator, not in the client's answer.
+    assert "no healthy replica" in str(root.attributes["tiergate.error.detail"])
+    assert "healthy" not in failed.text
     assert children(exporter, root)["generation"].status.status_code == StatusCode.ERROR
 
     # A bad key: the auth span fails and nothing else runs.

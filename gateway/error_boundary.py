@@ -1,0 +1,106 @@
+"""The one place an exception becomes what the client sees: OpenAI's error shape.
+
+- ``ApiError`` (ours): its status, type, code and param.
+- Starlette/FastAPI ``HTTPException`` (unknown route, wrong method): the same shape.
+- ``RequestValidationError`` (a typed query or path parameter): 400 naming the ``param``.
+- Anything else: 500 ``internal_error`` with a generic message and the request id; the
+  traceback goes to the log under that id. The boundary is a pure ASGI middleware, so
+  no exception leaves the app and no connection is reset without an answer; if the
+  response had already started, the body is ended cleanly instead.
+
+Streams turn their own errors into an error event first (``gateway.sse``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.errors import ApiError, InvalidRequest, internal_error
+
+log = logging.getLogger(__name__)
+
+REQUEST_ID = "x-request-id"
+
+
+def error_request_id() -> str:
+    return f"req-{os.urandom(12).hex()}"
+
+
+def error_response(error: ApiError, extra_headers: dict[str, str] | None = None) -> Response:
+    headers = {**(extra_headers or {})}
+    if REQUEST_ID not in error.headers:
+        headers[REQUEST_ID] = error_request_id()
+    if error.detail:
+        log.info("%s answered %s: %s", headers.get(REQUEST_ID), error.status, error.detail)
+    return error.response(headers)
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return error_response(exc)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    codes = {404: "not_found", 405: "method_not_allowed"}
+    error = ApiError(str(exc.detail), code=codes.get(exc.status_code))
+    error.status, error.type = exc.status_code, "invalid_request_error"
+    return error_response(error, dict(exc.headers or {}))
+
+
+async def _validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    loc = [str(p) for p in first.get("loc", ())]
+    param = loc[-1] if loc else None
+    message = f"{param or 'request'}: {first.get('msg', 'invalid value')}"
+    return error_response(InvalidRequest(message, param=param, code="invalid_value"))
+
+
+class ErrorBoundary:
+    """Outermost own middleware: an unexpected exception is answered, never escapes."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        progress = {"started": False, "ended": False}
+
+        async def tracked(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                progress["started"] = True
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                progress["ended"] = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception:
+            request_id = error_request_id()
+            log.exception("%s: unhandled error on %s", request_id, scope.get("path"))
+            try:
+                if not progress["started"]:
+                    await internal_error(request_id).response()(scope, receive, send)
+                elif not progress["ended"]:
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+            except OSError:
+                log.info("%s: the client left before the error could be sent", request_id)
+
+
+def install_error_handling(app: FastAPI) -> None:
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_middleware(ErrorBoundary)
