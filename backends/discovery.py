@@ -103,6 +103,7 @@ class NodeSet:
         self,
         name: str,
         model: str,
+        max_inflight: int,
         options: Mapping[str, Any],
         source: EndpointSource,
         pacing: Pacing,
@@ -115,8 +116,8 @@ class NodeSet:
         self.pacing = pacing
         self.replicas = replicas  # the gateway's list for this engine, kept current
         self.pools = tuple(pools)
-        self.max_inflight = int(options.get("max_inflight", 256))
-        self._options = {k: v for k, v in options.items() if k != "max_inflight"}
+        self.max_inflight = max_inflight
+        self._options = dict(options)  # checked against OpenAIOptions by the engine spec
         self._by_url: dict[str, Replica] = {}
         self._draining: list[Replica] = []
         self.added = 0

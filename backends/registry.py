@@ -1,23 +1,41 @@
-"""YAML backend name → engine factory. Factories import their engine library lazily."""
+"""YAML backend name → engine factory and its options model. Factories import their engine
+library lazily; the options models (backends.options) import nothing heavy, so the config
+can be checked without any engine library."""
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from backends.base import Engine
+from backends.options import (
+    EngineOptions,
+    FakeOptions,
+    LiteLLMOptions,
+    LlamaCppOptions,
+    OpenAIOptions,
+    SglangOptions,
+    VllmOptions,
+)
 
 EngineFactory = Callable[..., Engine]
 
-# name → "module:factory"; the module is imported only when a config uses the backend.
-BACKENDS: dict[str, str] = {
-    "fake": "backends.fake:FakeEngine",
-    "llamacpp": "backends.llamacpp:LlamaCppEngine",
-    "litellm": "backends.litellm:LiteLLMEngine",
-    "vllm": "backends.vllm:VllmEngine",
-    "sglang": "backends.sglang:SglangEngine",
-    "openai": "backends.openai_compat:OpenAICompatEngine",
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    target: str  # "module:factory"; the module is imported only when a config uses it
+    options: type[EngineOptions]
+
+
+BACKENDS: dict[str, Backend] = {
+    "fake": Backend("backends.fake:FakeEngine", FakeOptions),
+    "llamacpp": Backend("backends.llamacpp:LlamaCppEngine", LlamaCppOptions),
+    "litellm": Backend("backends.litellm:LiteLLMEngine", LiteLLMOptions),
+    "vllm": Backend("backends.vllm:VllmEngine", VllmOptions),
+    "sglang": Backend("backends.sglang:SglangEngine", SglangOptions),
+    "openai": Backend("backends.openai_compat:OpenAICompatEngine", OpenAIOptions),
 }
 
 
@@ -25,15 +43,29 @@ class UnknownBackend(KeyError):
     pass
 
 
-def factory(backend: str) -> EngineFactory:
+def backend(name: str) -> Backend:
     try:
-        target = BACKENDS[backend]
+        return BACKENDS[name]
     except KeyError:
-        raise UnknownBackend(f"unknown backend {backend!r}; known: {sorted(BACKENDS)}") from None
-    module_name, _, attr = target.partition(":")
+        raise UnknownBackend(f"unknown backend {name!r}; known: {sorted(BACKENDS)}") from None
+
+
+def factory(name: str) -> EngineFactory:
+    module_name, _, attr = backend(name).target.partition(":")
     built: EngineFactory = getattr(importlib.import_module(module_name), attr)
     return built
 
 
-def build_engine(backend: str, name: str, model: str, options: Mapping[str, Any]) -> Engine:
-    return factory(backend)(name=name, model=model, **options)
+def build_engine(
+    name: str,
+    engine_name: str,
+    model: str,
+    options: Mapping[str, Any],
+    default_max_tokens: int | None = None,
+) -> Engine:
+    """One engine of backend ``name``; ``options`` are checked against its model first."""
+    spec = backend(name)
+    kwargs = spec.options.model_validate(dict(options)).kwargs()
+    if default_max_tokens is not None and spec.options.takes_default_max_tokens:
+        kwargs["default_max_tokens"] = default_max_tokens
+    return factory(name)(name=engine_name, model=model, **kwargs)

@@ -31,10 +31,11 @@ def free_port() -> int:
         return port
 
 
-def node_config(**engine: Any) -> dict[str, Any]:
+def node_config(max_inflight: int = 256, **engine: Any) -> dict[str, Any]:
     options = {"tokens": 8, "max_running": 256, **engine}
+    spec = {"backend": "fake", "model": MODEL, "max_inflight": max_inflight, "options": options}
     return {
-        "engines": {"fake": {"backend": "fake", "model": MODEL, "options": options}},
+        "engines": {"fake": spec},
         "tiers": {"small": {"engines": ["fake"]}},
         "prices": {MODEL: {"input": 0.1, "output": 0.2}},
         "tenants": {

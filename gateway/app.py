@@ -75,12 +75,17 @@ async def build_state(
     store = open_store(config)
     replicas: dict[str, list[Replica]] = {}
     for name, spec in config.engines.items():
-        max_inflight = int(spec.options.get("max_inflight", 256))
-        options = {k: v for k, v in spec.options.items() if k != "max_inflight"}
         replicas[name] = []  # with ``discover``: filled by gateway.cluster as nodes are found
         for i in range(spec.replicas if spec.discover is None else 0):
-            builder = partial(build_engine, spec.backend, f"{name}-{i}", spec.model, options)
-            replicas[name].append(Replica(builder(), max_inflight, builder=builder))
+            builder = partial(
+                build_engine,
+                spec.backend,
+                f"{name}-{i}",
+                spec.model,
+                spec.options,
+                spec.default_max_tokens,
+            )
+            replicas[name].append(Replica(builder(), spec.max_inflight, builder=builder))
     engines = [r.engine for group in replicas.values() for r in group]
     await asyncio.gather(*(engine.start() for engine in engines))
     pools = {

@@ -9,28 +9,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from gateway.settings import get_settings
+from gateway.settings import get_settings, load_effective_config
 from policies.loader import ConfigError, load_config
-from policies.schema import GatewayConfig
-
-
-def load_effective_config(path: Path | None) -> GatewayConfig:
-    """The YAML file, then ``TIERGATE_*`` environment overrides on top."""
-    settings = get_settings()
-    config = load_config(path or settings.config)
-    updates: dict[str, object] = {}
-    if settings.redis_url is not None:
-        updates["redis_url"] = settings.redis_url or None
-    if settings.redis_cluster is not None:
-        updates["redis_cluster"] = settings.redis_cluster
-    server: dict[str, object] = {}
-    if settings.host is not None:
-        server["host"] = settings.host
-    if settings.port is not None:
-        server["port"] = settings.port
-    if server:
-        updates["server"] = config.server.model_copy(update=server)
-    return config.model_copy(update=updates) if updates else config
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

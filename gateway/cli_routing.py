@@ -14,6 +14,7 @@ from typing import IO, Any
 
 import orjson
 
+from gateway.settings import load_effective_config
 from policies.loader import ConfigError
 from policies.schema import ClassifierConfig, GatewayConfig
 
@@ -21,8 +22,6 @@ BATCH = 512
 
 
 def _config(path: Path | None) -> GatewayConfig:
-    from gateway.cli import load_effective_config
-
     return load_effective_config(path)
 
 

@@ -52,6 +52,7 @@ def discovery_of(state: GatewayState) -> Discovery:
             NodeSet(
                 name,
                 spec.model,
+                spec.max_inflight,
                 spec.options,
                 source_of(spec.discover),
                 pacing,

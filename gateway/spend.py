@@ -53,14 +53,14 @@ def prompt_upper_tokens(config: GatewayConfig, generation: GenerationRequest) ->
 
 def default_output_cap(config: GatewayConfig, model: str) -> int:
     """What a request without ``max_tokens`` may generate on ``model``: its configured
-    cap, else its engines' own ``default_max_tokens`` option, else the global default."""
+    cap, else its engines' ``default_max_tokens``, else the global default."""
     budgets = config.budgets
     if model in budgets.max_output_tokens:
         return budgets.max_output_tokens[model]
     engine_defaults = [
-        int(spec.options["default_max_tokens"])
+        spec.default_max_tokens
         for spec in config.engines.values()
-        if spec.model == model and "default_max_tokens" in spec.options
+        if spec.model == model and spec.default_max_tokens is not None
     ]
     return max(engine_defaults, default=budgets.default_max_output_tokens)
 

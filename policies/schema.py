@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from backends.registry import BACKENDS
 
 DEFAULT_TIERS = ("small", "medium", "large")
 
@@ -66,14 +76,43 @@ class EngineSpec(Frozen):
     backend: str
     model: str
     replicas: int = Field(1, ge=1, le=64)
+    # Requests the pool sends one replica (with ``discover``: one node) at once.
+    max_inflight: int = Field(256, ge=1)
+    # What a request without ``max_tokens`` may generate on this engine's model (else
+    # ``budgets.default_max_output_tokens``); engines that run the model also get it.
+    default_max_tokens: int | None = Field(None, ge=1)
+    # The backend's own options, checked against its model in backends.options.
     options: dict[str, Any] = Field(default_factory=dict)
     # Content the model can read; a request with other parts skips or gets a 400.
     modalities: tuple[Literal["text", "image", "audio", "file"], ...] = ("text",)
     discover: DiscoverySpec | None = None
 
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, value: str) -> str:
+        if value not in BACKENDS:
+            raise ValueError(f"unknown backend {value!r}; known: {', '.join(sorted(BACKENDS))}")
+        return value
+
+    @field_validator("options")
+    @classmethod
+    def _typed_options(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        moved = sorted(set(value) & {"max_inflight", "default_max_tokens"})
+        if moved:
+            raise ValueError(
+                f"{', '.join(moved)} moved out of options: set it on the engine itself "
+                "(beside backend and model)"
+            )
+        backend = info.data.get("backend")
+        if backend is None:  # unknown backend: already reported
+            return value
+        return BACKENDS[backend].options.model_validate(value).kwargs()
+
     @model_validator(mode="after")
     def _discovered(self) -> EngineSpec:
         if self.discover is None:
+            if self.backend == "openai" and "api_base" not in self.options:
+                raise ValueError("backend 'openai' needs options.api_base (or discover)")
             return self
         if self.backend != "openai":
             raise ValueError("discover works with backend 'openai' (engine nodes) only")

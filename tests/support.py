@@ -34,12 +34,17 @@ def free_port() -> int:
         return port
 
 
-def fake_config(**engine_options: Any) -> dict[str, Any]:
+def fake_config(max_inflight: int = 256, **engine_options: Any) -> dict[str, Any]:
     """A three-tier config on the protocol fake, with two tenants."""
     options = {"tokens": 8, **engine_options}
     return {
         "engines": {
-            f"fake-{tier}": {"backend": "fake", "model": f"fake-{tier}", "options": options}
+            f"fake-{tier}": {
+                "backend": "fake",
+                "model": f"fake-{tier}",
+                "max_inflight": max_inflight,
+                "options": options,
+            }
             for tier in ("small", "medium", "large")
         },
         "tiers": {

@@ -33,7 +33,8 @@ router = APIRouter(
 )
 async def explain_route(request: Request, call: TenantDep) -> Response:
     state, principal = call.state, call.principal
-    server = state.config.server
+    config = state.config  # one snapshot: a reload during the awaits below changes nothing here
+    server = config.server
     raw = await read_body(request, server.max_body_bytes, server.header_timeout_s)
     try:
         data = orjson.loads(raw)
@@ -58,17 +59,18 @@ async def explain_route(request: Request, call: TenantDep) -> Response:
         include_usage=False,
         forced_tier=request.headers.get("x-tiergate-tier"),
         observe=False,  # an explanation is not traffic: it stays out of target_share
+        config=config,
     )
-    tier = state.config.tiers[routed.tier]
+    tier = config.tiers[routed.tier]
     complexity = routed.complexity
     answer = {
         "object": "tiergate.route",
         "requested_model": routed.requested_model,
         "tier": routed.tier,
-        "model": routed.decision.pinned_model or state.config.engines[tier.engines[0]].model,
+        "model": routed.decision.pinned_model or config.engines[tier.engines[0]].model,
         "score": None if complexity is None else complexity.score,
         "p_large": None if complexity is None else complexity.p_large,
-        "thresholds": list(routed.decision.thresholds or state.config.routing.thresholds),
+        "thresholds": list(routed.decision.thresholds or config.routing.thresholds),
         "features": None if complexity is None else dict(complexity.features),
         "trail": list(routed.decision.trail),
     }

@@ -93,7 +93,7 @@ async def servers() -> AsyncIterator[list[LoadServer]]:
 def node_set(source: ListSource) -> tuple[NodeSet, EnginePool, list[Replica]]:
     replicas: list[Replica] = []
     pool = EnginePool("small", [])
-    nodes = NodeSet("small-nodes", "m", {"max_inflight": 7}, source, Pacing(), replicas, [pool])
+    nodes = NodeSet("small-nodes", "m", 7, {}, source, Pacing(), replicas, [pool])
     return nodes, pool, replicas
 
 

@@ -25,8 +25,8 @@ ADMIN_KEY = "tg-admin-key-for-tests-000"
 PRICES = {"small": (0.1, 0.2), "medium": (1.0, 2.0), "large": (10.0, 20.0)}
 
 
-def budget_config(prefix: str, **engine_options: Any) -> dict[str, Any]:
-    config = fake_config(**engine_options)
+def budget_config(prefix: str, max_inflight: int = 256, **engine_options: Any) -> dict[str, Any]:
+    config = fake_config(max_inflight, **engine_options)
     config["redis_url"] = REDIS_URL
     config["redis_prefix"] = prefix
     config["admin"] = {"key_from_env": "TIERGATE_ADMIN_KEY"}

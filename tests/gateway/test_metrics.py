@@ -48,7 +48,8 @@ def traffic_config() -> dict[str, object]:
     engines = config["engines"]
     engines["fake-small"]["replicas"] = 2
     engines["fake-large"]["options"] = {"tokens": 6, "first_token_delay_s": 0.3}
-    engines["fake-medium"]["options"] = {"tokens": 8, "token_delay_s": 0.5, "max_inflight": 2}
+    engines["fake-medium"]["options"] = {"tokens": 8, "token_delay_s": 0.5}
+    engines["fake-medium"]["max_inflight"] = 2
     config["metrics"] = {
         "tenant_label": True,
         "autoscale": {

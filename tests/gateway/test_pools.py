@@ -41,7 +41,7 @@ def stream_in_background(base_url: str, events: list[str], opened: threading.Eve
 
 def test_full_queue_is_openai_503_with_retry_after() -> None:
     config = slow_pool_config(max_waiting=0, retry_after_s=3)
-    config["engines"]["fake-small"]["options"]["max_inflight"] = 1
+    config["engines"]["fake-small"]["max_inflight"] = 1
     with running_gateway(config) as gw:
         holders = []
         for _ in range(2):  # one per replica: the tier is now full

@@ -1,0 +1,109 @@
+"""Each backend's ``options:`` as a pydantic model, so ``check-config`` can name a wrong
+option with its file and line without importing any engine library.
+
+The fields mirror the engine's keyword arguments (``name``, ``model`` and
+``default_max_tokens`` come from the engine spec itself). Unset fields are not passed, so
+the engine's own defaults stay the single source of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class EngineOptions(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # Whether the engine takes the spec's ``default_max_tokens`` (an engine that runs the
+    # model itself); a forwarding engine leaves the cap to the request.
+    takes_default_max_tokens: ClassVar[bool] = False
+
+    def kwargs(self) -> dict[str, Any]:
+        return self.model_dump(exclude_unset=True)
+
+
+class FakeOptions(EngineOptions):
+    tokens: int = Field(16, ge=0)
+    token_delay_s: float = Field(0.0, ge=0)
+    first_token_delay_s: float = Field(0.0, ge=0)
+    max_running: int = Field(64, ge=1)
+    fail_after_tokens: int | None = Field(None, ge=0)
+    dead: bool = False
+
+
+class LlamaCppOptions(EngineOptions):
+    takes_default_max_tokens: ClassVar[bool] = True
+
+    model_path: str
+    n_ctx: int = Field(2048, ge=16)
+    n_threads: int | None = Field(None, ge=1)
+    n_batch: int = Field(256, ge=1)
+    max_waiting: int = Field(64, ge=0)
+
+
+class LiteLLMOptions(EngineOptions):
+    litellm_model: str | None = None
+    api_base: str | None = None
+    api_key: str | None = None
+    api_key_env: str | None = None
+    timeout_s: float = Field(600.0, gt=0)
+    max_retries: int = Field(0, ge=0)
+    extra: dict[str, Any] | None = None
+
+
+class OpenAIOptions(EngineOptions):
+    # Required unless the engine has ``discover`` (checked on the engine spec).
+    api_base: str | None = None
+    upstream_model: str | None = None
+    api_key: str | None = None
+    api_key_env: str | None = None
+    timeout_s: float = Field(600.0, gt=0)
+    connect_timeout_s: float = Field(10.0, gt=0)
+    max_connections: int = Field(512, ge=1)
+    extra_body: dict[str, Any] | None = None
+    probe_load: bool = False
+    probe_timeout_s: float = Field(1.0, gt=0)
+
+
+class VllmOptions(EngineOptions):
+    """The common ``AsyncEngineArgs`` fields by name; any other under ``engine_args``."""
+
+    takes_default_max_tokens: ClassVar[bool] = True
+
+    model_path: str | None = None
+    device_ids: tuple[int, ...] | None = None
+    env: dict[str, str] | None = None
+    engine_args: dict[str, Any] | None = None
+    tensor_parallel_size: int | None = Field(None, ge=1)
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    kv_cache_memory_bytes: int | None = Field(None, ge=1)
+    max_model_len: int | None = Field(None, ge=1)
+    max_num_seqs: int | None = Field(None, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    enable_prefix_caching: bool | None = None
+    enable_chunked_prefill: bool | None = None
+    quantization: str | None = None
+    kv_cache_dtype: str | None = None
+    speculative_config: dict[str, Any] | None = None
+    max_num_queued_reqs: int | None = Field(None, ge=0)
+    dtype: str | None = None
+    seed: int | None = None
+    block_size: int | None = Field(None, ge=1)
+    enforce_eager: bool | None = None
+    tokenizer: str | None = None
+    tool_parser: str | None = None
+
+
+class SglangOptions(EngineOptions):
+    takes_default_max_tokens: ClassVar[bool] = True
+
+    model_path: str | None = None
+    device_ids: tuple[int, ...] | None = None
+    server_args: dict[str, Any] | None = None
+    engine_factory: str = "sglang:Engine"
+    env: dict[str, str] | None = None
+    start_timeout_s: float = Field(900.0, gt=0)
+    stop_timeout_s: float = Field(30.0, gt=0)
+    load_interval_s: float = Field(0.5, gt=0)
