@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from backends.base import (
+    FEATURES,
     Chunk,
     EngineCounters,
     EngineLoad,
@@ -35,18 +36,8 @@ from backends.llamacpp_decode import Job, decode
 from backends.llamacpp_tools import build_grammar, render_messages, tool_plan
 
 _DONE = object()
-CAPABILITIES = frozenset(
-    {
-        "tools",
-        "tool_choice",
-        "parallel_tool_calls",
-        "response_format",
-        "logprobs",
-        "top_logprobs",
-        "frequency_penalty",
-        "presence_penalty",
-    }
-)
+# Everything but `passthrough` (fields only a remote server can honour).
+CAPABILITIES = FEATURES - {"passthrough"}
 
 
 def resolve_model_path(model_path: str) -> str:
