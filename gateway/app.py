@@ -50,8 +50,9 @@ from gateway.state import GatewayState
 from gateway.target_share import TargetShares
 from gateway.throttle import GuessThrottle
 from gateway.tracing import open_tracing
+from policies.engine_spec import PoolSpec
 from policies.key_directory import KeyDirectory
-from policies.schema import GatewayConfig, PoolSpec
+from policies.schema import GatewayConfig
 from policies.settle_journal import SettleJournal
 from policies.store import Store, StoreUnavailable
 from policies.stores import (

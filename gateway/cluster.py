@@ -22,7 +22,7 @@ from backends.discovery import (
 )
 from gateway.reload_bus import ReloadBus, config_version
 from gateway.state import GatewayState
-from policies.schema import DiscoverySpec
+from policies.engine_spec import DiscoverySpec
 
 log = logging.getLogger(__name__)
 

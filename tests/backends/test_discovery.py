@@ -23,7 +23,7 @@ from backends.discovery import (
 )
 from backends.openai_compat import OpenAICompatEngine
 from backends.pool import EnginePool, Replica
-from policies.schema import EngineSpec
+from policies.engine_spec import EngineSpec
 from tests.support import free_port
 
 SSE = (
