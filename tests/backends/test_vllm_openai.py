@@ -13,7 +13,7 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
-from tests.support import TEST_KEY, RunningGateway
+from tests.support import TEST_KEY, RunningGateway, stream_tool_calls
 
 pytestmark = pytest.mark.slow
 
@@ -116,22 +116,7 @@ def test_streamed_tool_call_deltas_assemble_into_the_non_stream_call(
     }
     expected: Any = client.chat.completions.create(**params).choices[0].message.tool_calls
     assert expected and len(expected) == 1
-    calls: dict[int, dict[str, str]] = {}
-    finish, fragments = None, 0
-    fresh = {"cache-control": "no-cache"}  # the engine streams, not a cache replay
-    for event in client.chat.completions.create(stream=True, extra_headers=fresh, **params):
-        if not event.choices:
-            continue
-        choice_ = event.choices[0]
-        finish = choice_.finish_reason or finish
-        assert not choice_.delta.content
-        for delta in choice_.delta.tool_calls or ():
-            call = calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
-            call["id"] += delta.id or ""
-            if delta.function is not None:
-                call["name"] += delta.function.name or ""
-                call["arguments"] += delta.function.arguments or ""
-                fragments += bool(delta.function.arguments)
+    calls, finish, fragments = stream_tool_calls(client, params)
     assert finish == "tool_calls" and list(calls) == [0]
     if choice == "named":
         assert fragments > 1  # arguments arrive in pieces

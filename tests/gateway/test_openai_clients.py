@@ -14,7 +14,13 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from tests.support import TEST_KEY, RunningGateway, running_gateway, smollm2_config
+from tests.support import (
+    TEST_KEY,
+    RunningGateway,
+    running_gateway,
+    smollm2_config,
+    stream_tool_calls,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -155,24 +161,7 @@ def test_streamed_tool_call_deltas_assemble_into_the_non_stream_call(
     whole = client.chat.completions.create(**params)
     expected: Any = whole.choices[0].message.tool_calls
     assert expected
-    calls: dict[int, dict[str, str]] = {}
-    finish = None
-    fragments = 0
-    # no-cache: the engine itself streams (a cache replay sends the call whole)
-    fresh = {"cache-control": "no-cache"}
-    for event in client.chat.completions.create(stream=True, extra_headers=fresh, **params):
-        if not event.choices:
-            continue
-        choice = event.choices[0]
-        finish = choice.finish_reason or finish
-        assert not choice.delta.content
-        for delta in choice.delta.tool_calls or ():
-            call = calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
-            call["id"] += delta.id or ""
-            if delta.function is not None:
-                call["name"] += delta.function.name or ""
-                call["arguments"] += delta.function.arguments or ""
-                fragments += bool(delta.function.arguments)
+    calls, finish, fragments = stream_tool_calls(client, params)
     assert finish == "tool_calls"
     assert list(calls) == [0] and fragments > 1  # arguments arrive in pieces
     assert calls[0]["id"].startswith("call_")
