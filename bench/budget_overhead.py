@@ -16,13 +16,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from policies.budget import GLOBAL_SCOPE, Reservation, Scope, key_scope, tenant_scope
 from policies.budget_memory import MemoryBudgetStore

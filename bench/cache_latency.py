@@ -27,14 +27,11 @@ import itertools
 import os
 import statistics
 import subprocess
-import sys
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 

@@ -16,11 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from policies.schema import CachePolicy
 from routers.embedding import Embedder, SentenceTransformerEmbedder

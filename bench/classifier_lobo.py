@@ -14,12 +14,8 @@ the on-disk cache, so the first run embeds the pool (minutes), later ones do not
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from policies.schema import ClassifierConfig
 from routers import datasets

@@ -18,11 +18,8 @@ import asyncio
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from policies.schema import ClassifierConfig
 from routers.embedding import EmbeddingOnce

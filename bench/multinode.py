@@ -1,6 +1,6 @@
 """Requests/s through a front with 2 engine nodes vs straight to one node; failover time.
 
-    python bench/multinode.py [--rounds 5] [--duration 8] [--concurrency 24] [--kills 3]
+    python -m bench.multinode [--rounds 5] [--duration 8] [--concurrency 24] [--kills 3]
 
 Two engine-node processes (``tiergate serve`` on the protocol fake, each bounded to
 ``--node-slots`` requests at once at a fixed pace, so a node has a capacity like a GPU
@@ -28,12 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import httpx
-import yaml
 
-from bench.nodes import MODEL, NODE_KEY, REPO, NodeProcess, free_port, front_config, write_endpoints
+from tiergate_testing.gateways import REPO, GatewayProcess, subprocess_env
+from tiergate_testing.nodes import MODEL, NODE_KEY, NodeProcess, front_config, write_endpoints
 
 TENANT_KEY = "tg-bench-multinode-key-0123"
 REDIS_URL = os.environ.get("TIERGATE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -41,33 +39,12 @@ OUT_OF_ROTATION = re.compile(r"@(?P<node>\S+) out of rotation .* at unix (?P<at>
 MESSAGES = [{"role": "user", "content": "Summarise the benefits of connection pooling."}]
 
 
-class FrontProcess:
+class FrontProcess(GatewayProcess):
     def __init__(self, workdir: Path, endpoints: Path) -> None:
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
         self.prefix = f"tg-bench-mn-{os.getpid()}"
+        env = subprocess_env(TIERGATE_NODE_KEY=NODE_KEY, TIERGATE_TEST_KEY=TENANT_KEY)
         config = front_config(endpoints, REDIS_URL, self.prefix)
-        self.config_path = workdir / "front.yaml"
-        self.config_path.write_text(yaml.safe_dump(config))
-        self.log_path = workdir / "front.log"
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        env = dict(os.environ, TIERGATE_NODE_KEY=NODE_KEY, TIERGATE_TEST_KEY=TENANT_KEY)
-        env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-        command = [sys.executable, "-m", "gateway", "serve", "--config", str(self.config_path)]
-        command += ["--host", "127.0.0.1", "--port", str(self.port)]
-        with self.log_path.open("wb") as log:
-            self._proc = subprocess.Popen(command, env=env, stdout=log, stderr=log, cwd=REPO)
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(self.base_url + "/readyz", timeout=1).is_success:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise TimeoutError(f"front not ready: {self.log_path.read_text()[-2000:]}")
+        super().__init__(config, workdir, name="front", env=env)
 
     def nodes(self) -> dict[str, bool]:
         body = httpx.get(self.base_url + "/readyz", timeout=2).json()
@@ -76,16 +53,11 @@ class FrontProcess:
 
     def marked_out(self, node: str, after: float) -> float | None:
         """When the front first logged ``node`` out of rotation after ``after`` (unix)."""
-        for line in self.log_path.read_text().splitlines():
+        for line in self.log_text().splitlines():
             found = OUT_OF_ROTATION.search(line)
             if found and found["node"] == node and float(found["at"]) > after:
                 return float(found["at"])
         return None
-
-    def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            self._proc.wait(15)
 
 
 def load_spec(url: str, key: str, args: argparse.Namespace, seed: int) -> dict[str, Any]:
@@ -146,11 +118,11 @@ def main() -> int:
         front = FrontProcess(workdir, endpoints)
         try:
             for node in nodes:
-                node.start()
+                node.spawn()
             for node in nodes:
                 node.wait_ready()
             write_endpoints(endpoints, nodes)
-            front.start()
+            front.start(timeout_s=90)
             return run(args, nodes, front)
         finally:
             front.stop()
@@ -192,7 +164,7 @@ def kill_rounds(args: argparse.Namespace, nodes: list[NodeProcess], front: Front
     polled: list[float] = []
     for kill_no in range(args.kills):
         if kill_no:
-            nodes[1].start()
+            nodes[1].spawn()
             nodes[1].wait_ready()
             while not front.nodes().get(victim, False):
                 time.sleep(0.05)

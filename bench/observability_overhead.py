@@ -14,12 +14,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 import timeit
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx
 from opentelemetry.sdk.trace import TracerProvider
@@ -29,7 +25,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from gateway.metrics import GatewayMetrics, RequestRecord
 from gateway.tracing import AUTH, GENERATION, SETTLEMENT, current_trace, stage
 from policies.schema import GatewayConfig
-from tests.support import TEST_KEY, fake_config, running_gateway
+from tiergate_testing.configs import TEST_KEY, fake_config
+from tiergate_testing.gateways import running_gateway
 
 
 def spread(values: list[float]) -> str:

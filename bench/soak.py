@@ -26,13 +26,10 @@ import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import targets
 from bench.loadgen import Runner

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,7 +20,9 @@ from typing import Any
 import httpx
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+from tiergate_testing.gateways import REPO, GatewayProcess
+from tiergate_testing.net import free_port
+
 BENCH = REPO / "bench"
 LITELLM_VENV = BENCH / ".venv-litellm"
 LITELLM_SPEC = "litellm[proxy]==1.108.7"  # never 1.107.0 (a compromised release)
@@ -29,13 +30,6 @@ LITELLM_SPEC = "litellm[proxy]==1.108.7"  # never 1.107.0 (a compromised release
 TENANT_KEY = "sk-bench-5f1c0e9a7d3b42e68c0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b"
 MODELS = ("bench-0ms", "bench-20ms", "bench-stream")
 TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _cmdline(pid: int) -> str:
@@ -172,7 +166,7 @@ def start_upstream(core: int | None, logs: Path) -> Process:
     port = free_port()
     return spawn(
         "upstream",
-        [sys.executable, str(BENCH / "upstream.py"), "--port", str(port)],
+        [sys.executable, "-m", "tiergate_testing.upstream", "--port", str(port)],
         core,
         port,
         base_env(),
@@ -266,19 +260,17 @@ def _merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
 def start_tiergate(
     name: str, config: dict[str, Any], core: int | None, logs: Path, **env: str
 ) -> Process:
-    port = free_port()
-    path = logs / f"{name}.yaml"
-    logs.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(config))
-    return spawn(
-        name,
-        [sys.executable, "-m", "gateway", "serve", "--config", str(path), "--port", str(port)],
-        core,
-        port,
-        base_env(TIERGATE_BENCH_KEY=TENANT_KEY, TIERGATE_LOG_LEVEL="warning", **env),
+    gateway = GatewayProcess(
+        config,
         logs,
-        headers={"authorization": f"Bearer {TENANT_KEY}"},
-    )
+        name=name,
+        env=base_env(TIERGATE_BENCH_KEY=TENANT_KEY, TIERGATE_LOG_LEVEL="warning", **env),
+        prefix=["taskset", "-c", str(core)] if core is not None else [],
+        ready_path="/v1/models",
+        ready_headers={"authorization": f"Bearer {TENANT_KEY}"},
+    ).start(timeout_s=180.0)
+    assert gateway.popen is not None
+    return Process(name, gateway.popen, gateway.base_url, gateway.log_path)
 
 
 def ensure_litellm_venv(log: Path) -> Path:

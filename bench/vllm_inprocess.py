@@ -28,11 +28,10 @@ from pathlib import Path
 
 import httpx
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from tests.support import TEST_KEY, free_port, subprocess_env, wait_http  # noqa: E402
-from tests.tiny_llama import build_tiny_llama  # noqa: E402
+from tiergate_testing.configs import TEST_KEY
+from tiergate_testing.gateways import REPO, subprocess_env
+from tiergate_testing.net import free_port, wait_http
+from tiergate_testing.tiny_llama import build_tiny_llama
 
 ENGINE = {"max_model_len": 1024, "max_num_seqs": 16, "dtype": "bfloat16", "seed": 0}
 LEVELS = (1, 8, 16)

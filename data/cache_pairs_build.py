@@ -16,16 +16,13 @@ from __future__ import annotations
 import json
 import random
 import re
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from num2words import num2words
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cache_pairs_rewrites import PARAPHRASES
 from cache_pairs_templates import FRAMES, Frame
 from cache_pairs_wordnet import affixed, antonyms
+from num2words import num2words
 
 OUT = Path(__file__).resolve().parent / "cache_pairs_generated.jsonl"
 HELDOUT_KINDS = frozenset(

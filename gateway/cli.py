@@ -67,27 +67,35 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-BENCHMARKS = {
-    "overhead": "overhead.py",  # tiergate vs LiteLLM proxy, passthrough and full pipeline
-    "classify": "classify_latency.py",
-    "cache": "cache_latency.py",
-    "cache-pairs": "cache_pairs.py",
-    "budgets": "budget_overhead.py",
-    "keys": "keys_overhead.py",  # API-managed keys vs YAML keys, passthrough CPU per request
-    "observability": "observability_overhead.py",
-    "embedded": "embedded.py",
-    "vllm": "vllm_inprocess.py",
+BENCHMARKS = {  # name -> module under bench/ (run as ``python -m bench.<module>``)
+    "overhead": "overhead",  # tiergate vs LiteLLM proxy, passthrough and full pipeline
+    "classify": "classify_latency",
+    "cache": "cache_latency",
+    "cache-pairs": "cache_pairs",
+    "budgets": "budget_overhead",
+    "keys": "keys_overhead",  # API-managed keys vs YAML keys, passthrough CPU per request
+    "observability": "observability_overhead",
+    "embedded": "embedded",
+    "vllm": "vllm_inprocess",
 }
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    import os
     import subprocess
 
-    script = Path(__file__).resolve().parent.parent / "bench" / BENCHMARKS[args.name]
-    if not script.is_file():
-        print(f"{script} not found: benchmarks run from a source checkout", file=sys.stderr)
+    checkout = Path(__file__).resolve().parent.parent
+    module = BENCHMARKS[args.name]
+    if not (checkout / "bench" / f"{module}.py").is_file():
+        print(
+            f"bench/{module}.py not found: benchmarks run from a source checkout", file=sys.stderr
+        )
         return 2
-    return subprocess.call([sys.executable, str(script), *args.args])
+    # The checkout first on the child's path: ``bench`` is a folder of it, not a package
+    # the install ships; the working directory stays the caller's (paths in args).
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(checkout), env.get("PYTHONPATH")) if p)
+    return subprocess.call([sys.executable, "-m", f"bench.{module}", *args.args], env=env)
 
 
 Command = Callable[[argparse.Namespace], int]

@@ -18,7 +18,8 @@ import redis
 import yaml
 
 from tests.redis_servers import redis8_binary
-from tests.support import REPO, free_port
+from tests.support import REPO
+from tiergate_testing.net import free_port
 
 _VARIABLE = re.compile(r"\$\$|\$\{(\w+)(?::\?([^}]*))?\}")
 

@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tests.support import REPO, SMOLLM2
+from tests.support import REPO
+from tiergate_testing.configs import SMOLLM2
 
 T = TypeVar("T")
 
@@ -52,7 +53,7 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The model the vLLM tests load; scripts/gpu_check.py may point at a local HF folder."""
     if os.environ.get("TIERGATE_TEST_VLLM_MODEL"):
         return Path(os.environ["TIERGATE_TEST_VLLM_MODEL"])
-    from tests.tiny_llama import build_tiny_llama
+    from tiergate_testing.tiny_llama import build_tiny_llama
 
     return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
 

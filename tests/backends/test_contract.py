@@ -20,7 +20,7 @@ from backends.base import Chunk, Engine, GenerationRequest, SamplingParams
 from backends.fake import FakeEngine
 from tests.backends.conftest import LoopThread
 from tests.backends.fake_sglang import expected_text
-from tests.tiny_llama import WORDS
+from tiergate_testing.tiny_llama import WORDS
 
 
 @dataclass

@@ -24,7 +24,7 @@ from backends.discovery import (
 from backends.openai_compat import OpenAICompatEngine
 from backends.pool import EnginePool, Replica
 from policies.engine_spec import EngineSpec
-from tests.support import free_port
+from tiergate_testing.net import free_port
 
 SSE = (
     b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'

@@ -8,8 +8,9 @@ import pytest
 from backends.base import GenerationRequest, SamplingParams
 from backends.errors import UpstreamRejected
 from backends.litellm import LiteLLMEngine
-from tests.support import TEST_KEY, fake_config, running_gateway
-from tests.upstream import running_upstream
+from tiergate_testing.configs import TEST_KEY, fake_config
+from tiergate_testing.gateways import running_gateway
+from tiergate_testing.upstream import running_upstream
 
 pytestmark = pytest.mark.slow
 
@@ -24,12 +25,12 @@ def request(model: str = "remote-model", max_tokens: int | None = None) -> Gener
 
 
 async def test_engine_streams_deltas_and_usage() -> None:
-    with running_upstream() as (base, log):
+    with running_upstream() as upstream:
         engine = LiteLLMEngine(
             name="up-0",
             model="remote-model",
             litellm_model="openai/remote-model",
-            api_base=base,
+            api_base=upstream.base_url,
             api_key="x",
         )
         await engine.start()
@@ -41,18 +42,18 @@ async def test_engine_streams_deltas_and_usage() -> None:
     assert final.usage is not None
     assert (final.usage.prompt_tokens, final.usage.completion_tokens) == (7, 4)
     assert final.usage.cached_tokens == 3
-    sent = log.requests[0]
+    sent = upstream.stats.bodies[0]
     assert sent["stream"] is True and sent["max_tokens"] == 4 and sent["seed"] == 1
     assert engine.counters.finished == 1 and engine.counters.active == 0
 
 
 async def test_engine_maps_a_rejection() -> None:
-    with running_upstream() as (base, _):
+    with running_upstream() as upstream:
         engine = LiteLLMEngine(
             name="up-0",
             model="reject-me",
             litellm_model="openai/reject-me",
-            api_base=base,
+            api_base=upstream.base_url,
             api_key="x",
         )
         await engine.start()
@@ -62,7 +63,8 @@ async def test_engine_maps_a_rejection() -> None:
 
 
 def test_gateway_streams_through_litellm() -> None:
-    with running_upstream() as (base, log):
+    with running_upstream() as upstream:
+        base = upstream.base_url
         config = fake_config()
         config["engines"]["fake-medium"] = {
             "backend": "litellm",
@@ -84,4 +86,4 @@ def test_gateway_streams_through_litellm() -> None:
                 pieces.extend(c.delta.content or "" for c in event.choices)
     assert "".join(pieces) == "Hello from the upstream server."
     assert usage is not None and usage.completion_tokens == 6
-    assert log.completed_streams == 1
+    assert upstream.stats.streams_completed == 1

@@ -16,8 +16,8 @@ from backends.errors import (
     UpstreamTimeout,
 )
 from backends.openai_compat import OpenAICompatEngine
-from bench.upstream import Profile, Upstream
-from tests.support import free_port
+from tiergate_testing.net import free_port
+from tiergate_testing.upstream import Profile, Upstream
 
 PROFILES = {
     "fast": Profile(chunks=5),
@@ -28,6 +28,7 @@ PROFILES = {
     "broken": Profile(fail_status=500),
     "gone": Profile(fail_status=503),
     "cut": Profile(chunks=10, fail_after_chunks=3),
+    "stalled": Profile(chunks=10, stall_after_chunks=2),
 }
 
 
@@ -181,6 +182,19 @@ async def test_stream_cut_midway_is_a_failure_not_a_short_answer(upstream: Upstr
     finally:
         await engine.aclose()
     assert len(seen) == 3 and all(c.usage is None for c in seen)
+
+
+async def test_stream_stalled_midway_times_out(upstream: Upstream) -> None:
+    engine = await engine_for(upstream, "stalled", timeout_s=0.3)
+    seen: list[Chunk] = []
+    try:
+        with pytest.raises(UpstreamTimeout):
+            async for chunk in engine.stream(chat("stalled")):
+                seen.append(chunk)
+    finally:
+        await engine.aclose()
+    assert len(seen) == 2 and all(c.usage is None for c in seen)
+    assert engine.counters.aborted == 1
 
 
 async def test_cancel_closes_the_upstream_stream(upstream: Upstream) -> None:

@@ -19,9 +19,10 @@ import openai
 import pytest
 
 from backends.pool import Replica
-from bench.nodes import NODE_KEY, NodeProcess, front_config, write_endpoints
 from tests.redis_servers import REDIS7_URL, delete_prefix
-from tests.support import TEST_KEY, RunningGateway, running_gateway
+from tiergate_testing.configs import TEST_KEY
+from tiergate_testing.gateways import RunningGateway, running_gateway
+from tiergate_testing.nodes import NODE_KEY, NodeProcess, front_config, write_endpoints
 
 PACE = {"tokens": 8, "first_token_delay_s": 0.05, "token_delay_s": 0.05}
 
@@ -60,7 +61,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     os.environ["TIERGATE_NODE_KEY"] = NODE_KEY
     nodes = [NodeProcess(workdir, f"node{i}", **PACE) for i in range(2)]
     for node in nodes:
-        node.start()
+        node.spawn()
     prefix = f"tg-nodes-{os.getpid()}"
     try:
         for node in nodes:
@@ -190,7 +191,6 @@ def test_node_added_at_run_time_takes_traffic(deployment: Deployment) -> None:
     fresh = NodeProcess(deployment.workdir, "node-late", **PACE)
     deployment.nodes.append(fresh)
     fresh.start()
-    fresh.wait_ready()
     write_endpoints(deployment.endpoints, [survivor, fresh])  # the dead node leaves the list
     expected = {f"127.0.0.1:{survivor.port}": True, f"127.0.0.1:{fresh.port}": True}
     deployment.wait_for(lambda: deployment.readyz()["nodes"]["small-nodes"] == expected)

@@ -20,7 +20,8 @@ import yaml
 from gateway.reload_bus import config_version
 from policies.loader import load_config
 from tests.redis_servers import REDIS7_URL, delete_prefix
-from tests.support import RunningGateway, fake_config, running_gateway
+from tiergate_testing.configs import fake_config
+from tiergate_testing.gateways import RunningGateway, running_gateway
 
 ADMIN_KEY = "tg-admin-key-for-bus-tests"
 

@@ -16,7 +16,7 @@ from policies.budget_redis import RedisBudgetStore
 from policies.ledger import SpendEvent
 from policies.ledger_redis import RedisLedger
 from policies.store_redis import RedisStore
-from tests.support import fake_config
+from tiergate_testing.configs import fake_config
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 ADMIN_KEY = "tg-admin-key-for-tests-000"

@@ -15,7 +15,8 @@ from gateway.admin.report import budget_rows
 from policies.ledger import DayAggregate
 from policies.schema import GatewayConfig, TenantSpec
 from tests.gateway.ledger_seed import ADMIN_KEY, admin_config, expected, seeded_events
-from tests.support import OTHER_KEY, TEST_KEY, RunningGateway, fake_config, running_gateway
+from tiergate_testing.configs import OTHER_KEY, TEST_KEY, fake_config
+from tiergate_testing.gateways import RunningGateway, running_gateway
 
 # The budgets feature declares per-tenant limits in the config; before it lands, none.
 BUDGETS_IN_CONFIG = "budget" in TenantSpec.model_fields

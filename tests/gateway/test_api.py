@@ -8,7 +8,8 @@ import httpx
 import openai
 import pytest
 
-from tests.support import OTHER_KEY, TEST_KEY, fake_config, running_gateway
+from tiergate_testing.configs import OTHER_KEY, TEST_KEY, fake_config
+from tiergate_testing.gateways import running_gateway
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,8 @@ from routers.batching import MicroBatcher
 from routers.classifier import ComplexityClassifier, ComplexityModel
 from routers.decision import tier_for_score
 from routers.features import FEATURES
-from tests.support import OTHER_KEY, TEST_KEY, RunningGateway, fake_config, running_gateway
+from tiergate_testing.configs import OTHER_KEY, TEST_KEY, fake_config
+from tiergate_testing.gateways import RunningGateway, running_gateway
 
 EASY = "hi"
 HARD = (

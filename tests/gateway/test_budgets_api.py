@@ -19,7 +19,9 @@ from gateway.wire.chat import ChatCompletionRequest
 from policies.schema import GatewayConfig
 from policies.spending import tenant_scopes
 from tests.gateway.budget_support import ADMIN_KEY, BudgetProbe, budget_config, redis_prefix
-from tests.support import fake_config, free_port, running_gateway
+from tiergate_testing.configs import fake_config
+from tiergate_testing.gateways import running_gateway
+from tiergate_testing.net import free_port
 
 HI = [{"role": "user", "content": "hi"}]
 SMALL_COST = (1 * 0.1 + 8 * 0.2) / 1e6  # "hi" is one word to the fake, which answers 8

@@ -29,7 +29,9 @@ from policies.ledger import day_of
 from policies.schema import GatewayConfig
 from policies.spending import tenant_scopes
 from tests.gateway.budget_support import ADMIN_KEY, BudgetProbe, budget_config, redis_prefix
-from tests.support import PYTHON, free_port, subprocess_env, wait_http
+from tests.support import PYTHON
+from tiergate_testing.gateways import subprocess_env
+from tiergate_testing.net import free_port, wait_http
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,8 @@ import openai
 import pytest
 
 from tests.redis_servers import REDIS7_URL, RedisProcess, cache_prefix, delete_prefix
-from tests.support import OTHER_KEY, TEST_KEY, RunningGateway, fake_config, running_gateway
+from tiergate_testing.configs import OTHER_KEY, TEST_KEY, fake_config
+from tiergate_testing.gateways import RunningGateway, running_gateway
 
 ADMIN_KEY = "tg-admin-key-for-cache-tests"
 QUESTION = "What is the boiling point of water at sea level?"

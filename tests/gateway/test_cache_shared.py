@@ -22,16 +22,10 @@ from tests.redis_servers import (
     delete_prefix,
     redis8_process,
 )
-from tests.support import (
-    OTHER_KEY,
-    PYTHON,
-    TEST_KEY,
-    fake_config,
-    free_port,
-    running_gateway,
-    subprocess_env,
-    wait_http,
-)
+from tests.support import PYTHON
+from tiergate_testing.configs import OTHER_KEY, TEST_KEY, fake_config
+from tiergate_testing.gateways import running_gateway, subprocess_env
+from tiergate_testing.net import free_port, wait_http
 
 pytestmark = pytest.mark.slow
 

@@ -28,7 +28,7 @@ from tests.redis_servers import (
     cache_prefix,
     delete_prefix,
 )
-from tests.support import free_port
+from tiergate_testing.net import free_port
 
 KINDS = [
     "memory",

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from routers.classifier import ComplexityModel
-from tests.support import PYTHON, REPO, subprocess_env
+from tests.support import PYTHON, REPO
+from tiergate_testing.gateways import subprocess_env
 
 TIERS = {"small", "medium", "large"}
 

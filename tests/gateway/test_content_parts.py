@@ -10,7 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support import TEST_KEY, RunningGateway, fake_config, running_gateway
+from tiergate_testing.configs import TEST_KEY, fake_config
+from tiergate_testing.gateways import RunningGateway, running_gateway
 
 IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
 

@@ -19,7 +19,9 @@ from gateway.admin.pages import CHART_JS
 from policies.ledger import SpendEvent
 from policies.schema import TenantSpec
 from tests.gateway.ledger_seed import ADMIN_KEY, Expected, admin_config, expected, seeded_events
-from tests.support import REPO, TEST_KEY, RunningGateway, fake_config, running_gateway
+from tests.support import REPO
+from tiergate_testing.configs import TEST_KEY, fake_config
+from tiergate_testing.gateways import RunningGateway, running_gateway
 
 pytestmark = pytest.mark.slow
 

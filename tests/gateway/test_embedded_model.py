@@ -11,7 +11,8 @@ import httpx
 import openai
 import pytest
 
-from tests.support import TEST_KEY, running_gateway, smollm2_config
+from tiergate_testing.configs import TEST_KEY, smollm2_config
+from tiergate_testing.gateways import running_gateway
 
 pytestmark = pytest.mark.slow
 

@@ -18,8 +18,10 @@ import pytest
 from gateway.errors import scrub
 from gateway.wire.errors import ErrorResponse
 from tests.gateway.ledger_seed import ADMIN_KEY, admin_config
-from tests.support import TEST_KEY, fake_config, free_port, running_gateway
-from tests.upstream import running_upstream
+from tiergate_testing.configs import TEST_KEY, fake_config
+from tiergate_testing.gateways import running_gateway
+from tiergate_testing.net import free_port
+from tiergate_testing.upstream import running_upstream
 
 SECRET = "secret-detail-10.9.8.7:6543"
 CHAT = {"model": "small", "messages": [{"role": "user", "content": "hi"}]}
@@ -136,8 +138,8 @@ def upstream_config(base_url: str, dead_url: str) -> dict[str, Any]:
 
 def test_upstream_error_text_never_reaches_the_client(caplog: pytest.LogCaptureFixture) -> None:
     dead = f"http://127.0.0.1:{free_port()}/v1"
-    with running_upstream() as (base_url, _):
-        with running_gateway(upstream_config(base_url, dead)) as gateway:
+    with running_upstream() as upstream:
+        with running_gateway(upstream_config(upstream.base_url, dead)) as gateway:
             client = openai.OpenAI(
                 base_url=gateway.base_url + "/v1", api_key=TEST_KEY, max_retries=0
             )

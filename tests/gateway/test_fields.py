@@ -17,8 +17,9 @@ import pytest
 from backends.base import FEATURES
 from backends.llamacpp import CAPABILITIES as LLAMACPP
 from gateway.wire.fields import CHAT_FIELDS
-from tests.support import SMOLLM2, TEST_KEY, RunningGateway, running_gateway
-from tests.upstream import UpstreamLog, running_upstream
+from tiergate_testing.configs import SMOLLM2, TEST_KEY
+from tiergate_testing.gateways import RunningGateway, running_gateway
+from tiergate_testing.upstream import UpstreamStats, running_upstream
 
 pytestmark = pytest.mark.slow
 
@@ -78,8 +79,9 @@ def test_every_field_has_a_sample() -> None:
 
 
 @pytest.fixture(scope="module")
-def setup() -> Iterator[tuple[RunningGateway, UpstreamLog]]:
-    with running_upstream() as (base_url, log):
+def setup() -> Iterator[tuple[RunningGateway, UpstreamStats]]:
+    with running_upstream() as upstream:
+        base_url = upstream.base_url
         engines = {
             "fake": {"backend": "fake", "model": "fake-m", "options": {"tokens": 4}},
             "llamacpp": {
@@ -106,7 +108,7 @@ def setup() -> Iterator[tuple[RunningGateway, UpstreamLog]]:
             "tenants": {"acme": {"keys": [{"id": "acme-1", "from_env": "TIERGATE_TEST_KEY"}]}},
         }
         with running_gateway(config) as gateway:
-            yield gateway, log
+            yield gateway, upstream.stats
 
 
 def _expected(backend: str, field: str) -> bool:
@@ -121,16 +123,16 @@ def _expected(backend: str, field: str) -> bool:
 @pytest.mark.parametrize("backend", list(BACKENDS))
 @pytest.mark.parametrize("field", list(CHAT_FIELDS))
 def test_field_is_honoured_or_named_in_a_400(
-    setup: tuple[RunningGateway, UpstreamLog], backend: str, field: str
+    setup: tuple[RunningGateway, UpstreamStats], backend: str, field: str
 ) -> None:
-    gateway, log = setup
+    gateway, stats = setup
     body = {
         "model": TIERS[backend],
         "messages": [{"role": "user", "content": "Say hi."}],
         "max_tokens": 4,
         **SAMPLES[field],
     }
-    before = len(log.requests)
+    before = len(stats.bodies)
     response = httpx.post(
         gateway.base_url + "/v1/chat/completions",
         json=body,
@@ -142,7 +144,7 @@ def test_field_is_honoured_or_named_in_a_400(
         error = response.json()["error"]
         assert error["param"] == NAMED_FIRST.get(field, field)
         assert error["code"] == "unsupported_parameter"
-        assert len(log.requests) == before  # refused before dispatch
+        assert len(stats.bodies) == before  # refused before dispatch
         return
     if backend == "litellm" and response.status_code == 400:
         # litellm knows what each provider takes: it refuses the rest, naming them.
@@ -150,7 +152,7 @@ def test_field_is_honoured_or_named_in_a_400(
         return
     assert response.status_code == 200, response.text
     if backend in REMOTE and CHAT_FIELDS[field] not in ("core", "info"):
-        sent = log.requests[-1]
+        sent = stats.bodies[-1]
         assert field in sent, f"{field} did not reach the upstream: {sorted(sent)}"
     if field == "logprobs":  # and what came back reaches the client
         choice = response.json()["choices"][0]

@@ -28,7 +28,8 @@ from schemathesis.specs.openapi.checks import (
 
 from gateway.wire.errors import ErrorResponse
 from tests.gateway.ledger_seed import ADMIN_KEY, admin_config
-from tests.support import TEST_KEY, fake_config, running_gateway
+from tiergate_testing.configs import TEST_KEY, fake_config
+from tiergate_testing.gateways import running_gateway
 
 EXAMPLES = 25  # per operation and generation mode
 CHECKS = [

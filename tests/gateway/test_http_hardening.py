@@ -18,7 +18,9 @@ from policies.budget import tenant_scope
 from policies.schema import MetricsConfig
 from policies.spending import tenant_scopes
 from tests.gateway.ledger_seed import ADMIN_KEY
-from tests.support import PYTHON, REPO, TEST_KEY, fake_config, running_gateway, subprocess_env
+from tests.support import PYTHON, REPO
+from tiergate_testing.configs import TEST_KEY, fake_config
+from tiergate_testing.gateways import running_gateway, subprocess_env
 
 HALF_SENT = 300
 CHAT = {"model": "small", "messages": [{"role": "user", "content": "hi"}]}

@@ -16,7 +16,8 @@ import redis
 from policies.budget import GLOBAL_SCOPE, Scope, tenant_scope
 from policies.schema import BudgetSpec
 from tests.redis_servers import RedisProcess
-from tests.support import OTHER_KEY, TEST_KEY, RunningGateway, fake_config, running_gateway
+from tiergate_testing.configs import OTHER_KEY, TEST_KEY, fake_config
+from tiergate_testing.gateways import RunningGateway, running_gateway
 
 
 @pytest.fixture

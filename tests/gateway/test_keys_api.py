@@ -16,7 +16,8 @@ import pytest
 
 from tests.gateway.ledger_seed import ADMIN_KEY, admin_config
 from tests.redis_servers import REDIS7_URL, delete_prefix
-from tests.support import TEST_KEY, RunningGateway, fake_config, running_gateway
+from tiergate_testing.configs import TEST_KEY, fake_config
+from tiergate_testing.gateways import RunningGateway, running_gateway
 
 HI = [{"role": "user", "content": "hi"}]
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}

@@ -18,7 +18,9 @@ import pytest
 from policies.ledger import SpendEvent
 from tests.gateway.ledger_seed import ADMIN_KEY, admin_config
 from tests.gateway.test_dashboard_browser import browser
-from tests.support import REPO, RunningGateway, fake_config, running_gateway
+from tests.support import REPO
+from tiergate_testing.configs import fake_config
+from tiergate_testing.gateways import RunningGateway, running_gateway
 
 pytestmark = pytest.mark.slow
 __all__ = ["browser"]  # the fixture, shared with the dashboard test

@@ -9,7 +9,8 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, Field
 
-from tests.support import TEST_KEY, RunningGateway, running_gateway, smollm2_config
+from tiergate_testing.configs import TEST_KEY, smollm2_config
+from tiergate_testing.gateways import RunningGateway, running_gateway
 
 pytestmark = pytest.mark.slow
 

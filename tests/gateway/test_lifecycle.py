@@ -20,7 +20,6 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from bench.upstream import Profile, Upstream
 from gateway.routes.chat import to_generation
 from gateway.spend import prompt_upper_tokens
 from gateway.wire.chat import ChatCompletionRequest
@@ -28,7 +27,9 @@ from policies.loader import load_config
 from policies.spending import tenant_scopes
 from policies.store import key_prefix
 from tests.gateway.budget_support import REDIS_URL, BudgetProbe, budget_config, redis_prefix
-from tests.support import OTHER_KEY, TEST_KEY, RunningGateway, fake_config, running_gateway
+from tiergate_testing.configs import OTHER_KEY, TEST_KEY, fake_config
+from tiergate_testing.gateways import RunningGateway, running_gateway
+from tiergate_testing.upstream import Profile, Upstream
 
 ADMIN_KEY = "tg-admin-key-for-lifecycle-tests"
 OLD_PRICES = {"fake-small": (0.1, 0.2), "fake-medium": (1.0, 2.0)}

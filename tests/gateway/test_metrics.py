@@ -14,7 +14,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from policies.ledger import SpendEvent
-from tests.support import OTHER_KEY, REPO, TEST_KEY, RunningGateway, fake_config, running_gateway
+from tests.support import REPO
+from tiergate_testing.configs import OTHER_KEY, TEST_KEY, fake_config
+from tiergate_testing.gateways import RunningGateway, running_gateway
 
 PRICES = {"fake-small": (0.1, 0.2), "fake-medium": (1.0, 2.0), "fake-large": (10.0, 20.0)}
 

@@ -14,13 +14,9 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from tests.support import (
-    TEST_KEY,
-    RunningGateway,
-    running_gateway,
-    smollm2_config,
-    stream_tool_calls,
-)
+from tests.support import stream_tool_calls
+from tiergate_testing.configs import TEST_KEY, smollm2_config
+from tiergate_testing.gateways import RunningGateway, running_gateway
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,8 @@ from gateway.wire.admin import TenantCreate, TenantUpdate
 from gateway.wire.chat import ChatCompletionRequest
 from gateway.wire.errors import ErrorResponse
 from policies.schema import TenantSpec
-from tests.support import fake_config, running_gateway
+from tiergate_testing.configs import fake_config
+from tiergate_testing.gateways import running_gateway
 
 
 def _resolve(schema: dict[str, Any], ref: str) -> dict[str, Any]:

@@ -10,8 +10,9 @@ from typing import Any
 import openai
 import pytest
 
-from bench.upstream import Profile, Upstream
-from tests.support import TEST_KEY, RunningGateway, running_gateway
+from tiergate_testing.configs import TEST_KEY
+from tiergate_testing.gateways import RunningGateway, running_gateway
+from tiergate_testing.upstream import Profile, Upstream
 
 PROFILES = {"up-fast": Profile(chunks=6), "up-broken": Profile(fail_status=500)}
 

@@ -15,17 +15,10 @@ import pytest
 import yaml
 
 from policies.loader import load_config
-from tests.support import (
-    PYTHON,
-    REPO,
-    TEST_KEY,
-    RunningGateway,
-    fake_config,
-    free_port,
-    running_gateway,
-    subprocess_env,
-    wait_http,
-)
+from tests.support import PYTHON, REPO
+from tiergate_testing.configs import TEST_KEY, fake_config
+from tiergate_testing.gateways import RunningGateway, running_gateway, subprocess_env
+from tiergate_testing.net import free_port, wait_http
 
 ADMIN_KEY = "tg-admin-key-for-reload-tests"
 NEW_KEY = "tg-new-tenant-key-0001"

@@ -11,7 +11,8 @@ import httpx
 import openai
 import pytest
 
-from tests.support import TEST_KEY, fake_config, running_gateway
+from tiergate_testing.configs import TEST_KEY, fake_config
+from tiergate_testing.gateways import running_gateway
 
 AUTH = {"authorization": f"Bearer {TEST_KEY}"}
 BODY = {"model": "small", "stream": True, "messages": [{"role": "user", "content": "hi"}]}

@@ -13,7 +13,8 @@ import redis
 
 from tests.gateway.budget_support import ADMIN_KEY
 from tests.redis_servers import RedisProcess
-from tests.support import OTHER_KEY, TEST_KEY, fake_config, running_gateway
+from tiergate_testing.configs import OTHER_KEY, TEST_KEY, fake_config
+from tiergate_testing.gateways import running_gateway
 
 
 @pytest.fixture(scope="module", params=["oom", "readonly"])

@@ -24,15 +24,10 @@ import yaml
 
 from routers.decision import tier_for_score
 from tests.redis_servers import REDIS7_URL, delete_prefix, unique_root
-from tests.support import (
-    PYTHON,
-    REPO,
-    TEST_KEY,
-    fake_config,
-    free_port,
-    subprocess_env,
-    wait_http,
-)
+from tests.support import PYTHON, REPO
+from tiergate_testing.configs import TEST_KEY, fake_config
+from tiergate_testing.gateways import subprocess_env
+from tiergate_testing.net import free_port, wait_http
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import INVALID_SPAN, SpanKind, StatusCode
 
 from gateway.tracing import AUTH, stage
-from tests.support import TEST_KEY, RunningGateway, fake_config, running_gateway
+from tiergate_testing.configs import TEST_KEY, fake_config
+from tiergate_testing.gateways import RunningGateway, running_gateway
 
 
 @pytest.fixture

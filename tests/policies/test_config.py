@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from policies.loader import ConfigError, load_config, parse_config
-from tests.support import PYTHON, REPO, subprocess_env
+from tests.support import PYTHON, REPO
+from tiergate_testing.gateways import subprocess_env
 
 SHIPPED = [REPO / "config" / "gateway.yaml", *sorted((REPO / "config" / "examples").glob("*.yaml"))]
 

@@ -13,7 +13,8 @@ from backends.fake import FakeEngine
 from backends.llamacpp import LlamaCppEngine
 from backends.registry import BACKENDS, build_engine
 from policies.loader import ConfigError, parse_config
-from tests.support import PYTHON, REPO, subprocess_env
+from tests.support import PYTHON, REPO
+from tiergate_testing.gateways import subprocess_env
 
 TAIL = """\
 tiers:

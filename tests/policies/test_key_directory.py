@@ -25,7 +25,7 @@ from policies.store import StoreUnavailable
 from policies.store_redis import RedisStore
 from policies.tenants import KeyRing, hash_key
 from tests.redis_servers import REDIS7_URL, delete_prefix, redis_store
-from tests.support import fake_config
+from tiergate_testing.configs import fake_config
 
 CONFIG = GatewayConfig.model_validate(fake_config())
 

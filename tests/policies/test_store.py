@@ -15,7 +15,7 @@ from policies.store import MemoryStore, Store, StoreUnavailable
 from policies.store_redis import RedisStore
 from policies.stores import open_store
 from tests.redis_servers import REDIS7_URL, RedisClusterProcess, RedisProcess, redis_store
-from tests.support import fake_config
+from tiergate_testing.configs import fake_config
 
 REDIS_URL = REDIS7_URL
 

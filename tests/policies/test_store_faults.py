@@ -29,7 +29,7 @@ from policies.schema import BudgetSpec, RateLimitSpec
 from policies.store import StoreUnavailable
 from policies.store_redis import RedisStore
 from tests.redis_servers import RedisProcess
-from tests.support import free_port
+from tiergate_testing.net import free_port
 
 
 @pytest.fixture(scope="module")

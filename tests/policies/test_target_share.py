@@ -17,7 +17,7 @@ from policies.score_sketch import bin_of, quantile, thresholds_for
 from policies.share_store import MemoryShareStore, RedisShareStore, ShareStore
 from routers.decision import tier_for_score
 from tests.redis_servers import REDIS7_URL, redis_store
-from tests.support import fake_config
+from tiergate_testing.configs import fake_config
 
 TIERS = ("small", "medium", "large")
 TARGET = {"small": 0.7, "medium": 0.2, "large": 0.1}

@@ -14,7 +14,7 @@ from routers.decision import (
     decide,
     tier_for_score,
 )
-from tests.support import fake_config
+from tiergate_testing.configs import fake_config
 
 
 def config(**tenant: Any) -> GatewayConfig:

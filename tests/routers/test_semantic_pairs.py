@@ -16,7 +16,8 @@ from routers.embedding import Embedder, SentenceTransformerEmbedder
 from routers.semantic_eval import evaluate, load_pairs, score_pairs
 from routers.semantic_guard import comparable, guard, reordered
 from routers.semantic_verify import same_question, verified
-from tests.support import TEST_KEY, fake_config, running_gateway
+from tiergate_testing.configs import TEST_KEY, fake_config
+from tiergate_testing.gateways import running_gateway
 
 # The held-out kinds (data/cache_pairs_build.py HELDOUT_KINDS) never appear in the tune part.
 HELDOUT_ONLY = set(

@@ -1,4 +1,4 @@
-"""Tier engine nodes as real processes (``python -m gateway serve``), for tests and benches.
+"""Tier engine nodes as real processes (``python -m gateway serve``), for tests and bench.
 
 A node is an ordinary gateway whose config has one tier and its engines (here the
 protocol fake at a set pace), one tenant for the fronts (key from ``TIERGATE_NODE_KEY``),
@@ -7,28 +7,13 @@ no Redis and no cache: the fronts do auth, caching and budgets; a node only gene
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-import yaml
+from tiergate_testing.gateways import GatewayProcess, subprocess_env
 
-REPO = Path(__file__).resolve().parent.parent
 NODE_KEY = "tg-node-key-0123456789abcdef"
 MODEL = "fake-node-model"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def node_config(max_inflight: int = 256, **engine: Any) -> dict[str, Any]:
@@ -76,52 +61,13 @@ def front_config(endpoints_file: Path, redis_url: str | None, prefix: str) -> di
     }
 
 
-class NodeProcess:
-    """One engine node on 127.0.0.1:<port>; ``kill()`` is SIGKILL, as a lost machine."""
+class NodeProcess(GatewayProcess):
+    """One engine node on 127.0.0.1:<port> (``url`` ends in /v1); ``kill()`` is SIGKILL,
+    as a lost machine."""
 
     def __init__(self, workdir: Path, name: str, **engine: Any) -> None:
-        self.name = name
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/v1"
-        self.config_path = workdir / f"{name}.yaml"
-        self.config_path.write_text(yaml.safe_dump(node_config(**engine)))
-        self.log_path = workdir / f"{name}.log"
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        env = dict(os.environ, TIERGATE_NODE_KEY=NODE_KEY, TIERGATE_REDIS_URL="")
-        env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-        command = [sys.executable, "-m", "gateway", "serve", "--config", str(self.config_path)]
-        command += ["--host", "127.0.0.1", "--port", str(self.port)]
-        with self.log_path.open("wb") as log:
-            self._proc = subprocess.Popen(command, env=env, stdout=log, stderr=log, cwd=REPO)
-
-    def wait_ready(self, timeout_s: float = 90.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            assert self._proc is not None
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"node {self.name} exited: {self.log_path.read_text()[-2000:]}")
-            try:
-                if httpx.get(self.url.removesuffix("/v1") + "/readyz", timeout=1).is_success:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise TimeoutError(f"node {self.name} not ready")
-
-    def kill(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.send_signal(signal.SIGKILL)
-            self._proc.wait(10)
-
-    def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        env = subprocess_env(TIERGATE_NODE_KEY=NODE_KEY, TIERGATE_REDIS_URL="")
+        super().__init__(node_config(**engine), workdir, name=name, env=env)
 
 
 def write_endpoints(path: Path, nodes: list[NodeProcess]) -> None:
