@@ -4,7 +4,7 @@ method runs to completion on the event loop without awaiting in between."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from policies.budget import (
@@ -30,9 +30,16 @@ class _Hold:
 
 
 class MemoryBudgetStore:
-    def __init__(self, ledger: MemoryLedger, *, ttl_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        ledger: MemoryLedger,
+        *,
+        ttl_s: float = 120.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.ledger = ledger
         self.ttl_s = ttl_s
+        self.clock = clock  # unix seconds: hold deadlines, settled ids, the day and month
         self._limits: dict[str, BudgetSpec | None] = {}
         self._spent: dict[str, int] = {}
         self._held: dict[str, int] = {}
@@ -63,7 +70,7 @@ class MemoryBudgetStore:
     async def reserve(
         self, request_id: str, scopes: Sequence[Scope], candidates_usd: Sequence[float]
     ) -> Reservation | Denied:
-        clock = time.time()
+        clock = self.clock()
         self._purge(clock)
         existing = self._holds.get(request_id)
         if existing is not None:
@@ -94,7 +101,7 @@ class MemoryBudgetStore:
     async def settle(
         self, reservation: Reservation, cost_usd: float, event: SpendEvent | None = None
     ) -> bool:
-        clock = time.time()
+        clock = self.clock()
         self._release(reservation.request_id)
         if reservation.request_id in self._settled:
             return False
@@ -116,7 +123,7 @@ class MemoryBudgetStore:
         cost_usd: float,
         event: SpendEvent | None = None,
     ) -> bool:
-        clock = time.time()
+        clock = self.clock()
         if request_id in self._settled:
             return False
         self._prune_windows(clock)
@@ -155,7 +162,7 @@ class MemoryBudgetStore:
             del self._spent[field]
 
     async def extend(self, reservation: Reservation) -> bool:
-        clock = time.time()
+        clock = self.clock()
         hold = self._holds.get(reservation.request_id)
         if hold is None or hold.deadline <= clock:
             return False
@@ -163,7 +170,7 @@ class MemoryBudgetStore:
         return True
 
     async def status(self, scopes: Sequence[Scope]) -> list[ScopeStatus]:
-        clock = time.time()
+        clock = self.clock()
         self._purge(clock)
         out: list[ScopeStatus] = []
         for scope in scopes:
@@ -189,5 +196,5 @@ class MemoryBudgetStore:
         self._limits.pop(scope, None)
 
     async def active_holds(self) -> int:
-        self._purge(time.time())
+        self._purge(self.clock())
         return len(self._holds)

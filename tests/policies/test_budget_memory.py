@@ -9,7 +9,6 @@ from datetime import date
 
 import pytest
 
-from policies import budget_memory
 from policies.budget import Reservation, Scope, key_scope, tenant_scope
 from policies.budget_memory import MemoryBudgetStore
 from policies.ledger import MemoryLedger, SpendEvent, day_of
@@ -17,12 +16,12 @@ from policies.schema import BudgetSpec
 
 
 class Clock:
-    """Stands in for the ``time`` module the store reads ``time()`` from."""
+    """The store's clock (unix seconds), moved by hand."""
 
     def __init__(self, now: float) -> None:
         self.now = now
 
-    def time(self) -> float:
+    def __call__(self) -> float:
         return self.now
 
 
@@ -35,12 +34,9 @@ async def settle(store: MemoryBudgetStore, request_id: str, scopes: list[Scope] 
     return await store.settle(held, 0.1)
 
 
-async def test_settled_ids_are_refused_for_one_ttl_then_forgotten(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_settled_ids_are_refused_for_one_ttl_then_forgotten() -> None:
     clock = Clock(1_000_000.0)
-    monkeypatch.setattr(budget_memory, "time", clock)
-    store = MemoryBudgetStore(MemoryLedger(), ttl_s=30)
+    store = MemoryBudgetStore(MemoryLedger(), ttl_s=30, clock=clock)
     assert await settle(store, "r1") and await settle(store, "r2")
     clock.now += 20
     assert not await settle(store, "r1")  # a retry within the TTL charges nothing
@@ -50,10 +46,9 @@ async def test_settled_ids_are_refused_for_one_ttl_then_forgotten(
     assert not await settle(store, "r3")
 
 
-async def test_memory_is_bounded_by_rate_times_ttl(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_memory_is_bounded_by_rate_times_ttl() -> None:
     clock = Clock(1_000_000.0)
-    monkeypatch.setattr(budget_memory, "time", clock)
-    store = MemoryBudgetStore(MemoryLedger(), ttl_s=10)
+    store = MemoryBudgetStore(MemoryLedger(), ttl_s=10, clock=clock)
     for i in range(20_000):  # 200 s at 100 requests/s
         clock.now += 0.01
         assert await settle(store, f"r{i}")
@@ -61,10 +56,9 @@ async def test_memory_is_bounded_by_rate_times_ttl(monkeypatch: pytest.MonkeyPat
     assert not store._holds and not store._held
 
 
-async def test_past_windows_are_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_past_windows_are_forgotten() -> None:
     clock = Clock(1_000_000.0)  # 1970-01-12
-    monkeypatch.setattr(budget_memory, "time", clock)
-    store = MemoryBudgetStore(MemoryLedger(), ttl_s=10)
+    store = MemoryBudgetStore(MemoryLedger(), ttl_s=10, clock=clock)
     daily = [
         Scope(tenant_scope("acme"), BudgetSpec(limit_usd=1.0, window="daily")),
         Scope(key_scope("acme", "k1"), BudgetSpec(limit_usd=5.0, window="total")),
