@@ -1,6 +1,6 @@
 """Startup time of `tiergate serve` and tokens/s of the embedded model at concurrency 1 and 8.
 
-    .venv/bin/python bench/embedded.py [--rounds 3] [--max-tokens 64]
+    .venv/bin/python -m bench.embedded [--rounds 3] [--max-tokens 64]
 
 Starts the gateway on config/gateway.yaml as a subprocess, times it to /readyz, then
 streams chat completions through the official openai client and counts completion
@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import socket
 import statistics
-import subprocess
-import sys
+import tempfile
 import time
 from pathlib import Path
 
-import httpx
 import openai
 
-REPO = Path(__file__).resolve().parent.parent
+from tiergate_testing.gateways import GatewayProcess, subprocess_env
+
 KEY = "bench-demo-key"
 PROMPTS = [
     "Explain why the sky is blue.",
@@ -36,32 +33,12 @@ PROMPTS = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def start_gateway(port: int) -> tuple[subprocess.Popen[bytes], float]:
-    env = {**os.environ, "TIERGATE_DEMO_KEY": KEY, "PYTHONPATH": str(REPO)}
+def start_gateway(workdir: Path) -> tuple[GatewayProcess, float]:
+    """``tiergate serve`` on its default config (config/gateway.yaml); seconds to /readyz."""
+    gateway = GatewayProcess(None, workdir, env=subprocess_env(TIERGATE_DEMO_KEY=KEY))
     started = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--port", str(port)],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                return proc, time.perf_counter() - started
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.perf_counter() - started > 120:
-            raise RuntimeError("gateway did not become ready")
-        time.sleep(0.05)
+    gateway.start(timeout_s=120)
+    return gateway, time.perf_counter() - started
 
 
 async def one(client: openai.AsyncOpenAI, prompt: str, max_tokens: int) -> int:
@@ -105,20 +82,19 @@ def main() -> None:
     args = parser.parse_args()
     startups: list[float] = []
     results: dict[int, list[float]] = {1: [], 8: []}
-    for _ in range(args.rounds):
-        port = free_port()
-        proc, startup = start_gateway(port)
-        startups.append(startup)
-        try:
-            base = f"http://127.0.0.1:{port}/v1"
-            asyncio.run(tokens_per_second(base, 1, 8))  # warm-up
-            for concurrency in results:
-                results[concurrency].append(
-                    asyncio.run(tokens_per_second(base, concurrency, args.max_tokens))
-                )
-        finally:
-            proc.terminate()
-            proc.wait(30)
+    with tempfile.TemporaryDirectory(prefix="tg-embedded-") as scratch:
+        for _ in range(args.rounds):
+            gateway, startup = start_gateway(Path(scratch))
+            startups.append(startup)
+            try:
+                base = gateway.api_url
+                asyncio.run(tokens_per_second(base, 1, 8))  # warm-up
+                for concurrency in results:
+                    results[concurrency].append(
+                        asyncio.run(tokens_per_second(base, concurrency, args.max_tokens))
+                    )
+            finally:
+                gateway.stop(timeout_s=30)
     print(f"startup to /readyz (s): {summary(startups)}")
     for concurrency, values in results.items():
         print(f"tokens/s at concurrency {concurrency}: {summary(values)}")

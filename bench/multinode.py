@@ -136,7 +136,7 @@ def run(args: argparse.Namespace, nodes: list[NodeProcess], front: FrontProcess)
     ratios: list[float] = []
     errors = 0
     for round_no in range(args.rounds):
-        one = finish(loadgen(load_spec(nodes[0].url, NODE_KEY, args, 2 * round_no)))
+        one = finish(loadgen(load_spec(nodes[0].api_url, NODE_KEY, args, 2 * round_no)))
         two = finish(loadgen(load_spec(front.base_url, TENANT_KEY, args, 2 * round_no + 1)))
         direct.append(one["throughput"])
         through.append(two["throughput"])

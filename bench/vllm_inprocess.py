@@ -6,7 +6,7 @@ work). One client drives each at concurrency 1, 8 and 16 with streaming chat req
 alternating servers round by round, and reports output tokens/s and TTFT as ratios
 gateway / direct (medians over rounds, with ranges).
 
-    python bench/vllm_inprocess.py [--rounds 3] [--requests-per-slot 3] [--max-tokens 64]
+    python -m bench.vllm_inprocess [--rounds 3] [--requests-per-slot 3] [--max-tokens 64]
 
 Goal: throughput ratio >= 0.95 and TTFT ratio <= 1.0 (lower is better).
 """
@@ -29,7 +29,7 @@ from pathlib import Path
 import httpx
 
 from tiergate_testing.configs import TEST_KEY
-from tiergate_testing.gateways import REPO, subprocess_env
+from tiergate_testing.gateways import GatewayProcess, subprocess_env
 from tiergate_testing.net import free_port, wait_http
 from tiergate_testing.tiny_llama import build_tiny_llama
 
@@ -116,7 +116,7 @@ def start_direct(model_dir: Path, port: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(args, env=subprocess_env(), start_new_session=True)
 
 
-def start_gateway(model_dir: Path, port: int, workdir: Path) -> subprocess.Popen[bytes]:
+def start_gateway(model_dir: Path, workdir: Path) -> GatewayProcess:
     config = {
         "engines": {
             "tiny": {
@@ -135,11 +135,13 @@ def start_gateway(model_dir: Path, port: int, workdir: Path) -> subprocess.Popen
             }
         },
     }
-    path = workdir / "gateway.json"  # JSON is YAML
-    path.write_text(json.dumps(config))
-    args = [sys.executable, "-m", "gateway", "serve", "--config", str(path), "--port", str(port)]
     env = subprocess_env(TIERGATE_TEST_KEY=TEST_KEY, TIERGATE_LOG_LEVEL="warning")
-    return subprocess.Popen(args, env=env, cwd=REPO, start_new_session=True)
+    headers = {"authorization": f"Bearer {TEST_KEY}"}
+    gateway = GatewayProcess(
+        config, workdir, env=env, ready_path="/v1/models", ready_headers=headers
+    )
+    gateway.spawn()
+    return gateway
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -167,10 +169,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="tiergate-bench-") as tmp:
         workdir = Path(tmp)
         model_dir = build_tiny_llama(workdir / "model")
-        direct_port, gateway_port = free_port(), free_port()
+        direct_port, gateway = free_port(), start_gateway(model_dir, workdir)
+        assert gateway.popen is not None
         servers = {
             "direct": (start_direct(model_dir, direct_port), direct_port, "tiny-llama"),
-            "gateway": (start_gateway(model_dir, gateway_port, workdir), gateway_port, "small"),
+            "gateway": (gateway.popen, gateway.port, "small"),
         }
         try:
             for name, (_, port, _) in servers.items():

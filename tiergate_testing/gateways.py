@@ -103,8 +103,9 @@ def running_gateway(
 
 
 class GatewayProcess:
-    """``python -m gateway serve`` for ``config`` (written to ``workdir/<name>.yaml``) on
-    127.0.0.1:``port`` (a free one by default), its output in ``workdir/<name>.log``.
+    """``python -m gateway serve`` for ``config`` (written to ``workdir/<name>.yaml``; None:
+    the default config) on 127.0.0.1:``port`` (a free one by default), its output in
+    ``workdir/<name>.log``. ``base_url`` is the server, ``api_url`` its ``/v1``.
 
     ``env``: the child's whole environment (default ``subprocess_env()``); ``prefix``:
     argv before Python (``taskset -c 1``); ``ready_path``: what ``start`` polls until 200.
@@ -112,7 +113,7 @@ class GatewayProcess:
 
     def __init__(
         self,
-        config: Mapping[str, Any],
+        config: Mapping[str, Any] | None,
         workdir: Path,
         *,
         name: str = "gateway",
@@ -125,15 +126,17 @@ class GatewayProcess:
         self.name = name
         self.port = free_port() if port is None else port
         self.base_url = f"http://127.0.0.1:{self.port}"
-        self.url = self.base_url + "/v1"
+        self.api_url = self.base_url + "/v1"
         workdir.mkdir(parents=True, exist_ok=True)
-        self.config_path = workdir / f"{name}.yaml"
-        self.config_path.write_text(yaml.safe_dump(dict(config)))
         self.log_path = workdir / f"{name}.log"
         self.env = dict(subprocess_env() if env is None else env)
         self.argv = [*prefix, sys.executable, "-m", "gateway", "serve"]
-        self.argv += ["--config", str(self.config_path), "--host", "127.0.0.1"]
-        self.argv += ["--port", str(self.port)]
+        self.argv += ["--host", "127.0.0.1", "--port", str(self.port)]
+        self.config_path: Path | None = None
+        if config is not None:
+            self.config_path = workdir / f"{name}.yaml"
+            self.config_path.write_text(yaml.safe_dump(dict(config)))
+            self.argv += ["--config", str(self.config_path)]
         self.ready_path = ready_path
         self.ready_headers = dict(ready_headers or {})
         self.popen: subprocess.Popen[bytes] | None = None
@@ -163,7 +166,7 @@ class GatewayProcess:
                     return
             except httpx.HTTPError:
                 pass
-            time.sleep(0.1)
+            time.sleep(0.05)
         raise TimeoutError(f"{self.name} not ready in {timeout_s:.0f}s: {self.log_text()[-2000:]}")
 
     def start(self, timeout_s: float = 120.0) -> GatewayProcess:

@@ -62,7 +62,7 @@ def front_config(endpoints_file: Path, redis_url: str | None, prefix: str) -> di
 
 
 class NodeProcess(GatewayProcess):
-    """One engine node on 127.0.0.1:<port> (``url`` ends in /v1); ``kill()`` is SIGKILL,
+    """One engine node on 127.0.0.1:<port>; ``kill()`` is SIGKILL,
     as a lost machine."""
 
     def __init__(self, workdir: Path, name: str, **engine: Any) -> None:
@@ -73,5 +73,5 @@ class NodeProcess(GatewayProcess):
 def write_endpoints(path: Path, nodes: list[NodeProcess]) -> None:
     """Replace the file in one step, so a reader never sees half of it."""
     scratch = path.with_suffix(".tmp")
-    scratch.write_text("".join(node.url + "\n" for node in nodes))
+    scratch.write_text("".join(node.api_url + "\n" for node in nodes))
     scratch.replace(path)

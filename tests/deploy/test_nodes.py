@@ -107,7 +107,7 @@ def test_requests_balance_across_nodes(deployment: Deployment) -> None:
     assert deployment.readyz()["nodes"]["small-nodes"] == {
         f"127.0.0.1:{n.port}": True for n in deployment.nodes
     }
-    node_load = deployment.nodes[0].url + "/load"
+    node_load = deployment.nodes[0].api_url + "/load"
     assert httpx.get(node_load).status_code == 401  # the node's API key guards it
     load = httpx.get(node_load, headers={"authorization": f"Bearer {NODE_KEY}"}).json()
     assert load["healthy"] is True and load["tiers"]["small"]["replicas"] == 1

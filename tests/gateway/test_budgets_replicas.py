@@ -7,20 +7,16 @@ engine, so many requests are in flight at once on every replica.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
-import yaml
 
 from gateway.routes.chat import to_generation
 from gateway.spend import worst_cases
@@ -30,8 +26,7 @@ from policies.schema import GatewayConfig
 from policies.spending import tenant_scopes
 from tests.gateway.budget_support import ADMIN_KEY, BudgetProbe, budget_config, redis_prefix
 from tests.support import PYTHON
-from tiergate_testing.gateways import subprocess_env
-from tiergate_testing.net import free_port, wait_http
+from tiergate_testing.gateways import GatewayProcess, subprocess_env
 
 pytestmark = pytest.mark.slow
 
@@ -41,10 +36,7 @@ SMALL_COST = 8 * 0.2 / 1e6  # the fake answers 8 tokens; input is free in these 
 ENGINE = {"tokens": 8, "max_running": 2000, "max_inflight": 2000}
 
 
-@dataclass
-class Replica:
-    process: subprocess.Popen[bytes]
-    url: str
+Replica = GatewayProcess  # one ``python -m gateway serve`` of the fleet
 
 
 def small_worst_case(config: GatewayConfig) -> float:
@@ -76,36 +68,24 @@ def configure(prefix: str, ttl_s: float, token_delay_s: float) -> tuple[dict[str
 
 @contextmanager
 def replicas(raw: dict[str, Any], count: int, tmp: Path) -> Iterator[list[Replica]]:
-    path = tmp / f"gateway-{raw['redis_prefix']}.yaml"
-    path.write_text(yaml.safe_dump(raw))
     env = subprocess_env(
         TIERGATE_ADMIN_KEY=ADMIN_KEY,
         TIERGATE_LOG_LEVEL="warning",
         **{f"TIERGATE_KEY_{n.upper()}": k for n, k in KEYS.items()},
     )
-    started: list[Replica] = []
-    with ExitStack() as stack:
-        for i in range(count):
-            port = free_port()
-            log = stack.enter_context((tmp / f"replica-{port}.log").open("wb"))
-            command = [PYTHON, "-m", "gateway", "serve", "--config", str(path), "--port", str(port)]
-            process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-            started.append(Replica(process, f"http://127.0.0.1:{port}"))
-            del i
-        try:
-            for replica in started:
-                wait_http(replica.url + "/readyz", timeout_s=60)
-            yield started
-        finally:
-            for replica in started:
-                if replica.process.poll() is None:
-                    replica.process.terminate()
-            for replica in started:
-                try:
-                    replica.process.wait(15)
-                except subprocess.TimeoutExpired:
-                    replica.process.kill()
-                    replica.process.wait(5)
+    started = [
+        GatewayProcess(raw, tmp, name=f"replica-{raw['redis_prefix']}-{i}", env=env)
+        for i in range(count)
+    ]
+    try:
+        for replica in started:
+            replica.spawn()
+        for replica in started:
+            replica.wait_ready(timeout_s=60)
+        yield started
+    finally:
+        for replica in started:
+            replica.stop()
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +123,7 @@ async def _fire(urls: list[str], key: str, count: int) -> list[str]:
 
 def test_500_concurrent_requests_on_4_replicas_never_overspend(fleet: Any) -> None:
     running, (config, _, probe) = fleet
-    results = asyncio.run(_fire([r.url for r in running], KEYS["spender"], 500))
+    results = asyncio.run(_fire([r.base_url for r in running], KEYS["spender"], 500))
     served = results.count("ok")
     refused = [r for r in results if r != "ok"]
     assert set(refused) <= {"429:insufficient_quota"}, sorted(set(refused))
@@ -160,7 +140,9 @@ def test_500_concurrent_requests_on_4_replicas_never_overspend(fleet: Any) -> No
     assert sum(e.cost_usd for e in requests) == pytest.approx(status.spent_usd, abs=1e-9 * served)
     admin = {"authorization": f"Bearer {ADMIN_KEY}"}
     spend = httpx.get(
-        running[1].url + "/admin/api/budgets/spend", params={"tenant": "spender"}, headers=admin
+        running[1].base_url + "/admin/api/budgets/spend",
+        params={"tenant": "spender"},
+        headers=admin,
     ).json()
     (day,) = [d for d in spend["days"] if d["day"] == day_of(time.time())]
     assert day["cost_usd"] == pytest.approx(status.spent_usd, abs=1e-9 * served)
@@ -197,7 +179,7 @@ async def _pace(urls: list[str], key: str, seconds: float, every_s: float) -> li
 
 def test_60_rpm_across_replicas_is_exact_to_one_request(fleet: Any) -> None:
     running, _ = fleet
-    admitted = asyncio.run(_pace([r.url for r in running], KEYS["paced"], 66.0, 0.2))
+    admitted = asyncio.run(_pace([r.base_url for r in running], KEYS["paced"], 66.0, 0.2))
     first = admitted[0]
     in_first_minute = sum(1 for t in admitted if first <= t < first + 60)
     assert 59 <= in_first_minute <= 61, in_first_minute
@@ -234,7 +216,7 @@ def test_a_killed_replicas_holds_lapse_and_the_budget_returns(tmp_path: Path) ->
         scopes = tenant_scopes(config, "victim")
         with replicas(raw, 2, tmp_path) as (victim, survivor):
             runner = subprocess.Popen(
-                [PYTHON, "-c", _STREAMER, victim.url, KEYS["victim"]],
+                [PYTHON, "-c", _STREAMER, victim.base_url, KEYS["victim"]],
                 env=subprocess_env(),
             )
             try:
@@ -242,14 +224,16 @@ def test_a_killed_replicas_holds_lapse_and_the_budget_returns(tmp_path: Path) ->
                 while probe.holds() < 10 and time.monotonic() < deadline:
                     time.sleep(0.05)
                 assert probe.holds() == 10
-                os.kill(victim.process.pid, signal.SIGKILL)
+                victim.kill()
                 killed = time.monotonic()
                 held = probe.status(scopes)["tenant:victim"]
                 assert held.held_usd == pytest.approx(10 * worst, abs=1e-9)
                 assert held.spent_usd == 0.0
                 admin = {"authorization": f"Bearer {ADMIN_KEY}"}
                 while time.monotonic() - killed < ttl_s + 2:
-                    listing = httpx.get(survivor.url + "/admin/api/budgets", headers=admin).json()
+                    listing = httpx.get(
+                        survivor.base_url + "/admin/api/budgets", headers=admin
+                    ).json()
                     tenant = next(t for t in listing["tenants"] if t["tenant"] == "victim")
                     if tenant["held_usd"] == 0:
                         break

@@ -3,7 +3,6 @@ Redis stopped or stalled mid-run never fails a request."""
 
 from __future__ import annotations
 
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -13,7 +12,6 @@ from typing import Any
 import httpx
 import pytest
 import redis
-import yaml
 
 from tests.redis_servers import (
     REDIS7_URL,
@@ -22,10 +20,8 @@ from tests.redis_servers import (
     delete_prefix,
     redis8_process,
 )
-from tests.support import PYTHON
 from tiergate_testing.configs import OTHER_KEY, TEST_KEY, fake_config
-from tiergate_testing.gateways import running_gateway, subprocess_env
-from tiergate_testing.net import free_port, wait_http
+from tiergate_testing.gateways import GatewayProcess, running_gateway, subprocess_env
 
 pytestmark = pytest.mark.slow
 
@@ -50,35 +46,20 @@ def two_gateways(
     config = fake_config()
     config["redis_url"] = url
     config["cache"] = {"semantic": True, "key_prefix": prefix}
-    path = tmp_path / "gateway.yaml"
-    path.write_text(yaml.safe_dump(config))
     env = subprocess_env(
         TIERGATE_TEST_KEY=TEST_KEY, TIERGATE_OTHER_KEY=OTHER_KEY, OMP_NUM_THREADS="1"
     )
     env.pop("TIERGATE_REDIS_URL", None)
-    ports = [free_port(), free_port()]
-    procs = [
-        subprocess.Popen(
-            [PYTHON, "-m", "gateway", "serve", "--config", str(path), "--port", str(port)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for port in ports
-    ]
+    gateways = [GatewayProcess(config, tmp_path, name=name, env=env) for name in ("a", "b")]
     try:
-        for port in ports:
-            wait_http(f"http://127.0.0.1:{port}/readyz", timeout_s=180)
-        yield f"http://127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[1]}"
+        for gateway in gateways:
+            gateway.spawn()
+        for gateway in gateways:
+            gateway.wait_ready(timeout_s=180)
+        yield gateways[0].base_url, gateways[1].base_url
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+        for gateway in gateways:
+            gateway.stop(timeout_s=30)
         delete_prefix(url, prefix)
 
 

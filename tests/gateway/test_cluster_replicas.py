@@ -43,7 +43,7 @@ def test_150_concurrent_requests_on_3_replicas_over_a_cluster(
     config = GatewayConfig.model_validate(raw)
     probe = BudgetProbe(prefix, redis_cluster.url, cluster=True)
     with replicas(raw, 3, tmp_path) as running:
-        urls = [r.url for r in running]
+        urls = [r.base_url for r in running]
         started = time.monotonic()
         results = asyncio.run(_fire(urls, KEYS["spender"], REQUESTS))
         elapsed = time.monotonic() - started

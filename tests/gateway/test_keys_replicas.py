@@ -42,7 +42,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Replica]]:
 
 
 def admin_call(replica: Replica, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-    response = httpx.request(method, replica.url + path, headers=ADMIN, timeout=30, **kwargs)
+    response = httpx.request(method, replica.base_url + path, headers=ADMIN, timeout=30, **kwargs)
     assert response.status_code < 300, response.text
     body: dict[str, Any] = response.json()
     return body
@@ -55,7 +55,7 @@ def new_key(replica: Replica, **scope: Any) -> dict[str, Any]:
 def chat(replica: Replica, key: str, model: str = "small") -> tuple[int, str | None]:
     """The status and, on success, the tier that answered (else the error code)."""
     response = httpx.post(
-        replica.url + "/v1/chat/completions",
+        replica.base_url + "/v1/chat/completions",
         headers={"authorization": f"Bearer {key}"},
         json={"model": model, "messages": HI, "max_tokens": 8},
         timeout=30,
@@ -69,7 +69,7 @@ def test_created_on_a_works_on_b_and_c_at_once(fleet: list[Replica]) -> None:
     a, b, c = fleet
     for target in (b, c):
         key = new_key(a)["key"]
-        client = openai.OpenAI(base_url=target.url + "/v1", api_key=key, max_retries=0)
+        client = openai.OpenAI(base_url=target.base_url + "/v1", api_key=key, max_retries=0)
         reply = client.chat.completions.create(model="small", messages=HI, max_tokens=8)  # type: ignore[arg-type]
         client.close()
         assert reply.choices[0].message.content
@@ -77,7 +77,9 @@ def test_created_on_a_works_on_b_and_c_at_once(fleet: list[Replica]) -> None:
 
 def _accepted(client: httpx.Client, replica: Replica, key: str) -> bool:
     """One authenticated request (``GET /v1/models``), on a kept-alive connection."""
-    response = client.get(replica.url + "/v1/models", headers={"authorization": f"Bearer {key}"})
+    response = client.get(
+        replica.base_url + "/v1/models", headers={"authorization": f"Bearer {key}"}
+    )
     if response.status_code == 401:
         assert response.json()["error"]["code"] == "invalid_api_key"
         return False
@@ -91,10 +93,10 @@ def _revocation_delay(fleet: list[Replica], client: httpx.Client) -> float:
     key = new_key(a)
     for replica in fleet:
         assert chat(replica, key["key"])[0] == 200  # cached on every replica
-    response = client.delete(b.url + f"/admin/api/keys/{key['id']}", headers=ADMIN)
+    response = client.delete(b.base_url + f"/admin/api/keys/{key['id']}", headers=ADMIN)
     assert response.status_code == 200
     revoked_at = time.monotonic()
-    pending = {a.url: a, c.url: c}
+    pending = {a.base_url: a, c.base_url: c}
     delays: list[float] = []
     while pending:
         for url, replica in list(pending.items()):
@@ -136,7 +138,7 @@ async def _fire(fleet: list[Replica], key: str, count: int) -> list[int]:
 
         async def one(i: int) -> int:
             response = await client.post(
-                fleet[i % len(fleet)].url + "/v1/chat/completions",
+                fleet[i % len(fleet)].base_url + "/v1/chat/completions",
                 headers={"authorization": f"Bearer {key}"},
                 json={"model": "small", "messages": HI, "max_tokens": 8},
             )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,10 +14,13 @@ import pytest
 import yaml
 
 from policies.loader import load_config
-from tests.support import PYTHON, REPO
 from tiergate_testing.configs import TEST_KEY, fake_config
-from tiergate_testing.gateways import RunningGateway, running_gateway, subprocess_env
-from tiergate_testing.net import free_port, wait_http
+from tiergate_testing.gateways import (
+    GatewayProcess,
+    RunningGateway,
+    running_gateway,
+    subprocess_env,
+)
 
 ADMIN_KEY = "tg-admin-key-for-reload-tests"
 NEW_KEY = "tg-new-tenant-key-0001"
@@ -43,7 +45,7 @@ def gateway(tmp_path: Path) -> Iterator[tuple[RunningGateway, Path]]:
         yield running, path
 
 
-def tier_of(gateway: RunningGateway, key: str = TEST_KEY) -> str:
+def tier_of(gateway: RunningGateway | GatewayProcess, key: str = TEST_KEY) -> str:
     answer = httpx.post(
         gateway.base_url + "/v1/route",
         json={"messages": [{"role": "user", "content": "hello"}]},
@@ -113,35 +115,21 @@ def test_reload_needs_the_admin_key(gateway: tuple[RunningGateway, Path]) -> Non
 
 @pytest.mark.slow
 def test_sighup_reloads_a_served_gateway(tmp_path: Path) -> None:
-    path = tmp_path / "gateway.yaml"
     config = base_config()
-    config["server"] = {"port": free_port()}
-    write(path, config)
     env = subprocess_env(TIERGATE_TEST_KEY=TEST_KEY, TIERGATE_LOG_LEVEL="warning")
-    proc = subprocess.Popen(
-        [PYTHON, "-m", "gateway", "serve", "--config", str(path)], cwd=REPO, env=env
-    )
-    try:
-        url = f"http://127.0.0.1:{config['server']['port']}"
-        wait_http(url + "/healthz")
-
-        class Remote:
-            base_url = url
-
-        remote: Any = Remote()
-        assert tier_of(remote) == "small"
+    with GatewayProcess(config, tmp_path, env=env, ready_path="/healthz") as served:
+        assert served.config_path is not None
+        path = served.config_path
+        assert tier_of(served) == "small"
         config["tenants"]["acme"]["default_tier"] = "large"
         write(path, config)
-        proc.send_signal(signal.SIGHUP)
+        served.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + 20
-        while tier_of(remote) != "large":
+        while tier_of(served) != "large":
             assert time.monotonic() < deadline, "SIGHUP did not reload"
             time.sleep(0.1)
         path.write_text("engines: {}\n")  # invalid: the running policy must stay
-        proc.send_signal(signal.SIGHUP)
+        served.send_signal(signal.SIGHUP)
         time.sleep(1.0)
-        assert proc.poll() is None
-        assert tier_of(remote) == "large"
-    finally:
-        proc.terminate()
-        proc.wait(30)
+        assert not served.exited()
+        assert tier_of(served) == "large"

@@ -11,23 +11,20 @@ import csv
 import gzip
 import io
 import random
-import subprocess
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from routers.decision import tier_for_score
 from tests.redis_servers import REDIS7_URL, delete_prefix, unique_root
-from tests.support import PYTHON, REPO
+from tests.support import REPO
 from tiergate_testing.configs import TEST_KEY, fake_config
-from tiergate_testing.gateways import subprocess_env
-from tiergate_testing.net import free_port, wait_http
+from tiergate_testing.gateways import GatewayProcess, subprocess_env
 
 pytestmark = pytest.mark.slow
 
@@ -56,34 +53,20 @@ def two_replicas(tmp: Path) -> Iterator[list[str]]:
         "target_share": TARGET,
         "target": {"min_samples": 200, "sync_s": 0.2},
     }
-    path = tmp / "gateway.yaml"
-    path.write_text(yaml.safe_dump(raw))
     env = subprocess_env(
         TIERGATE_TEST_KEY=TEST_KEY, TIERGATE_ADMIN_KEY=ADMIN_KEY, TIERGATE_LOG_LEVEL="warning"
     )
-    urls: list[str] = []
-    with ExitStack() as stack:
-        processes = []
-        for _ in range(2):
-            port = free_port()
-            log = stack.enter_context((tmp / f"replica-{port}.log").open("wb"))
-            command = [PYTHON, "-m", "gateway", "serve", "--config", str(path), "--port", str(port)]
-            processes.append(subprocess.Popen(command, env=env, stdout=log, stderr=log))
-            urls.append(f"http://127.0.0.1:{port}")
-        try:
-            for url in urls:
-                wait_http(url + "/readyz", timeout_s=120)
-            yield urls
-        finally:
-            for process in processes:
-                process.terminate()
-            for process in processes:
-                try:
-                    process.wait(15)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(5)
-            delete_prefix(REDIS7_URL, root)
+    replicas = [GatewayProcess(raw, tmp, name=f"replica-{i}", env=env) for i in range(2)]
+    try:
+        for replica in replicas:
+            replica.spawn()
+        for replica in replicas:
+            replica.wait_ready(timeout_s=120)
+        yield [replica.base_url for replica in replicas]
+    finally:
+        for replica in replicas:
+            replica.stop()
+        delete_prefix(REDIS7_URL, root)
 
 
 async def replay(urls: list[str], prompts: list[str]) -> list[tuple[str, float]]:
