@@ -6,9 +6,9 @@ Baseline, measured in the same run on the same connection pool: two ``PING`` rou
 trips, the floor of any two-call scheme. Each round times ``--requests`` requests one
 after another (latency), then the same number with ``--concurrency`` in flight.
 
-    /work/main/.venv/bin/python bench/budget_overhead.py --requests 2000 --rounds 5
+    /work/main/.venv/bin/python -m bench.budget_overhead --requests 2000 --rounds 5
     # on a Redis Cluster (any node's URL): every budget key is in the {ledger} slot
-    /work/main/.venv/bin/python bench/budget_overhead.py --redis redis://127.0.0.1:7000 --cluster
+    /work/main/.venv/bin/python -m bench.budget_overhead --redis redis://127.0.0.1:7000 --cluster
 """
 
 from __future__ import annotations

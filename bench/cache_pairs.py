@@ -1,6 +1,6 @@
 """Precision and recall of the semantic cache, tuned on one part and reported on another.
 
-    python bench/cache_pairs.py [--embedder torch|onnx] [--threshold T] [--mode strict|guard]
+    python -m bench.cache_pairs [--embedder torch|onnx] [--threshold T] [--mode strict|guard]
 
 The pairs (routers.semantic_eval.load_pairs) are split by kind and template into
 ``tune`` and ``heldout``. For each candidate decision (cosine only; cosine + the old

@@ -1,6 +1,6 @@
 """Leave-one-benchmark-out: retrain without a whole family, score that family.
 
-    python bench/classifier_lobo.py [--families arc-challenge,gpqa,math,mmlu,gsm8k]
+    python -m bench.classifier_lobo [--families arc-challenge,gpqa,math,mmlu,gsm8k]
 
 For each family (the benchmark across sources, ``routers/datasets.py: family``) the model is
 refitted on the training split minus every row of that family (for gsm8k that includes the

@@ -1,6 +1,6 @@
 """Training variants side by side on the held-out sets (docs/classifier.md, "What helped").
 
-    python bench/classifier_variants.py '{"calibration_folds": 0}' '{}' ...
+    python -m bench.classifier_variants '{"calibration_folds": 0}' '{}' ...
 
 Each argument is a JSON object of ``routers.training.TrainOptions`` fields (``{}``: the
 shipped defaults). For each, the model is fitted on the training split and scored like

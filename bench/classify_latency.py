@@ -1,6 +1,6 @@
 """Classification latency and throughput, embedder variants side by side in one run.
 
-    python bench/classify_latency.py [--cores 2] [--requests 200] [--json out.json]
+    python -m bench.classify_latency [--cores 2] [--requests 200] [--json out.json]
 
 For each variant: p50/p99 of one request at a time (a ~200-token prompt, so the
 truncation lever counts) and throughput with 64 concurrent requests going through the

@@ -1,6 +1,6 @@
 """Tokens/s of a json_schema-constrained generation vs an unconstrained one on llama.cpp.
 
-    .venv/bin/python bench/constrained.py [--rounds 5] [--max-tokens 64]
+    .venv/bin/python -m bench.constrained [--rounds 5] [--max-tokens 64]
 
 One SmolLM2-135M engine (the embedded default's model), the same prompt, the same seed;
 each round runs both, alternating which goes first, so drift on a shared machine hits

@@ -1,7 +1,7 @@
 """Passthrough cost of API-managed keys next to YAML keys, in one run on this machine.
 
-    python bench/keys_overhead.py            # 7 rounds (about 2 minutes on 2 cores)
-    python bench/keys_overhead.py --quick    # 3 rounds, short phases (about 1 minute)
+    python -m bench.keys_overhead            # 7 rounds (about 2 minutes on 2 cores)
+    python -m bench.keys_overhead --quick    # 3 rounds, short phases (about 1 minute)
 
 One ``tiergate serve`` passing requests straight to the 0 ms upstream, on real Redis
 (so managed keys live where they do in production), pinned to one core; the load

@@ -6,7 +6,7 @@
 2. Whole requests through a real uvicorn on loopback (fake engine, official client):
    tracing off vs tracing on into an in-memory exporter; requests per second.
 
-Usage: python bench/observability_overhead.py [--requests 300] [--repeats 5]
+Usage: python -m bench.observability_overhead [--requests 300] [--repeats 5]
 Prints medians and ranges; ratios are against the baseline measured in the same run.
 """
 

@@ -1,7 +1,7 @@
 """Gateway overhead, tiergate next to LiteLLM proxy, in one run on this machine.
 
-    python bench/overhead.py            # full run (about 12 minutes on 2 cores)
-    python bench/overhead.py --quick    # a smoke run (about 4 minutes)
+    python -m bench.overhead            # full run (about 12 minutes on 2 cores)
+    python -m bench.overhead --quick    # a smoke run (about 4 minutes)
 
 Starts a local OpenAI-compatible upstream (0 ms and 20 ms answers, streaming and not),
 tiergate passing requests straight to it, LiteLLM proxy configured the same way (own

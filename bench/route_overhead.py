@@ -1,7 +1,7 @@
 """CPU per request of the gateway's own HTTP layer, in process, without sockets.
 
-    python bench/route_overhead.py                 # this checkout
-    PYTHONPATH=/path/to/other/checkout python bench/route_overhead.py   # a baseline
+    python -m bench.route_overhead                 # this checkout
+    PYTHONPATH=/path/to/other/checkout python -m bench.route_overhead   # a baseline
 
 Drives the ASGI app directly (one event loop, no network, no load generator) with
 ``POST /v1/chat/completions`` on the protocol fake (8 tokens, JSON and stream) and

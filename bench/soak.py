@@ -1,7 +1,7 @@
 """Soak: requests/s, gateway RSS and Redis memory over a long run, single-process and Redis.
 
-    python bench/soak.py                          # 200,000 requests per mode, both modes
-    python bench/soak.py --requests 30000 --mode memory     # a quick look
+    python -m bench.soak                          # 200,000 requests per mode, both modes
+    python -m bench.soak --requests 30000 --mode memory     # a quick look
 
 A local OpenAI-compatible upstream stands in for the engine (its own process, so its
 memory is not the gateway's). tiergate passes through to it with the per-request state

@@ -1,4 +1,5 @@
-"""No import cycle among the modules of gateway/, routers/, backends/ and policies/.
+"""No import cycle among the modules of gateway/, routers/, backends/ and policies/ (and
+the test support, tiergate_testing/), and the product never imports test support.
 
 Imports are read from the source, not executed, so ``TYPE_CHECKING`` and function-local
 imports count as edges too; a package's own ``__init__`` is no edge for its modules."""
@@ -11,6 +12,7 @@ from pathlib import Path
 from tests.support import REPO
 
 PACKAGES = ("gateway", "routers", "backends", "policies")
+TEST_SUPPORT = ("tiergate_testing", "tests", "bench")
 
 
 def modules(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
@@ -100,10 +102,26 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_import_cycle_in_the_packages() -> None:
-    edges = graph(REPO, PACKAGES)
+    edges = graph(REPO, (*PACKAGES, "tiergate_testing"))
     assert len(edges) > 100  # the walk found the code, not an empty tree
     assert "backends.registry" in edges["policies.engine_spec"]
+    assert "gateway.app" in edges["tiergate_testing.gateways"]
     assert cycles(edges) == []
+
+
+def test_the_product_never_imports_test_support() -> None:
+    """``tiergate serve`` loads none of tiergate_testing, tests or bench: no module of the
+    four packages imports them, not even inside a function."""
+    leaks = {
+        name: found
+        for name, path in modules(REPO, PACKAGES).items()
+        if (found := [n for n in imported_names(name, path) if n.split(".")[0] in TEST_SUPPORT])
+    }
+    assert leaks == {}
+    # The check sees such an import where it would be.
+    assert imported_names("gateway.x", REPO / "tiergate_testing" / "nodes.py")[-1].startswith(
+        "tiergate_testing."
+    )
 
 
 def test_the_walk_finds_type_checking_local_and_relative_cycles(tmp_path: Path) -> None:

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 import orjson
 
-if TYPE_CHECKING:
-    from tiergate_testing.upstream import Profile
+from tiergate_testing.profiles import Profile
 
 
 def error_body(status: int, error: dict[str, object]) -> bytes:
