@@ -137,7 +137,8 @@ def sglang_bridge(engine_loop: LoopThread) -> Iterator[Any]:
 def vllm_gateway(tiny_llama: Path) -> Iterator[Any]:
     """One real gateway over one in-process vLLM engine (with vLLM's hermes tool parser),
     shared by every gateway-level vLLM test: an engine start costs 25-40 s on CPU."""
-    from tests.support import fake_config, running_gateway
+    from tiergate_testing.configs import fake_config
+    from tiergate_testing.gateways import running_gateway
 
     config = fake_config()
     config["engines"]["tiny"] = {

@@ -94,7 +94,7 @@ def test_gateway_over_in_process_vllm(vllm_gateway: Any) -> None:
     import httpx
     import openai
 
-    from tests.support import TEST_KEY
+    from tiergate_testing.configs import TEST_KEY
 
     gw = vllm_gateway
     system = long_prefix()

@@ -128,7 +128,8 @@ async def test_the_serving_embedder_is_cached_workers() -> None:
 
 def test_a_dead_worker_sends_auto_to_the_default_tier_then_recovers() -> None:
     from tests.gateway.test_auto_routing import HARD, chat, classifier_config, explain
-    from tests.support import TEST_KEY, running_gateway
+    from tiergate_testing.configs import TEST_KEY
+    from tiergate_testing.gateways import running_gateway
 
     config = classifier_config()
     config["tenants"]["acme"]["default_tier"] = "medium"
