@@ -64,7 +64,8 @@ class Answer:
             choice["text"] = text
         else:
             choice["message"] = {"role": "assistant", "content": text}
-            choice["logprobs"] = _logprobs(self.texts) if self.logprobs else None
+            if self.logprobs:
+                choice["logprobs"] = _logprobs(self.texts)
         answer: dict[str, object] = {
             "id": "up-1",
             "object": "text_completion" if self.text_completion else "chat.completion",
