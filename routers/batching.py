@@ -1,7 +1,9 @@
 """Micro-batching: concurrent callers' texts go to worker threads in batches.
 
 A batch closes when it holds ``max_batch`` texts or ``max_wait_ms`` after its first
-text arrived, whichever is first. The model runs in a worker thread (or, behind it, in
+text arrived, whichever is first. The default wait is 0: a batch is whatever queued
+while the lane's previous batch ran, so a lone request never waits for company and
+batches still grow with the load. The model runs in a worker thread (or, behind it, in
 a worker process: ``routers/embed_worker.py``), never on the event loop; each caller
 awaits its own future, resolved on its own loop. One thread per lane: lanes share the
 queue, so a second lane collects the next batch while the first one's model runs.
@@ -63,7 +65,7 @@ class MicroBatcher:
         self,
         embed_batch: EmbedBatch | Sequence[EmbedBatch],
         max_batch: int = 32,
-        max_wait_ms: float = 2.0,
+        max_wait_ms: float = 0.0,
     ) -> None:
         lanes = [embed_batch] if callable(embed_batch) else list(embed_batch)
         if max_batch < 1 or max_wait_ms < 0 or not lanes:
