@@ -22,7 +22,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -42,22 +41,6 @@ def proc_cpu_s(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / targets.TICKS
-
-
-def start_redis(folder: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = targets.free_port()
-    argv = ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"]
-    popen = subprocess.Popen(argv, cwd=folder, stdout=subprocess.DEVNULL)
-    import redis
-
-    client = redis.Redis(port=port)
-    for _ in range(100):
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    return popen, f"redis://127.0.0.1:{port}/0"
 
 
 def run_load(target: targets.Process, spec: dict[str, Any]) -> tuple[dict[str, Any], float]:
@@ -209,7 +192,7 @@ def main() -> int:
     print(f"load average {os.getloadavg()[0]:.1f}", flush=True)
     processes: list[targets.Process] = []
     with tempfile.TemporaryDirectory() as folder:
-        redis_popen, redis_url = start_redis(Path(folder))
+        redis_popen, redis_url = targets.start_private_redis(Path(folder))
         try:
             upstream = targets.start_upstream(None, args.logs)
             processes.append(upstream)
