@@ -51,11 +51,25 @@ def _resolve(job: _Job, result: npt.NDArray[np.float32] | BaseException) -> None
         job.future.set_result(result)
 
 
-def _send(job: _Job, result: npt.NDArray[np.float32] | BaseException) -> None:
-    try:
-        job.loop.call_soon_threadsafe(_resolve, job, result)
-    except RuntimeError:  # that caller's loop is closed: nobody waits any more
-        return
+Result = npt.NDArray[np.float32] | BaseException
+
+
+def _resolve_all(results: list[tuple[_Job, Result]]) -> None:
+    for job, result in results:
+        _resolve(job, result)
+
+
+def _send(results: list[tuple[_Job, Result]]) -> None:
+    """One wake-up per caller loop and batch (each ``call_soon_threadsafe`` writes to
+    that loop's self-pipe), not one per caller."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Job, Result]]] = {}
+    for job, result in results:
+        by_loop.setdefault(job.loop, []).append((job, result))
+    for loop, batch in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_resolve_all, batch)
+        except RuntimeError:  # that caller's loop is closed: nobody waits any more
+            continue
 
 
 class MicroBatcher:
@@ -124,7 +138,7 @@ class MicroBatcher:
             jobs, stop = self._collect(item)
             texts = [t for job in jobs for t in job.texts]
             try:
-                vectors: npt.NDArray[np.float32] | BaseException = embed_batch(texts)
+                vectors: Result = embed_batch(texts)
             except EmbeddingFailed as exc:
                 vectors = exc
             except (RuntimeError, ValueError, MemoryError, OSError) as exc:
@@ -132,12 +146,15 @@ class MicroBatcher:
             with self._count:
                 self.batches += 1
                 self.texts += len(texts)
+            results: list[tuple[_Job, Result]] = []
             start = 0
             for job in jobs:
                 end = start + len(job.texts)
-                result = vectors if isinstance(vectors, BaseException) else vectors[start:end]
+                results.append(
+                    (job, vectors if isinstance(vectors, BaseException) else vectors[start:end])
+                )
                 start = end
-                _send(job, result)
+            _send(results)
         self._drain()
 
     def _drain(self) -> None:
@@ -150,7 +167,7 @@ class MicroBatcher:
             except queue.Empty:
                 break
             if isinstance(item, _Job):
-                _send(item, BatcherClosed("the embedder is closed"))
+                _send([(item, BatcherClosed("the embedder is closed"))])
             else:
                 others += 1
         for _ in range(others):
