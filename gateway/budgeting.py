@@ -134,7 +134,7 @@ async def admit(state: GatewayState, routed: RoutedRequest) -> tuple[TierDecisio
     settle with; raises the refusal otherwise (``RateLimited``, ``InsufficientQuota``)."""
     config, principal = routed.config, routed.principal
     generation = routed.generation
-    prompt_upper = prompt_upper_tokens(config, generation)
+    prompt_upper = prompt_upper_tokens(config, generation, routed.tier)
     cap = completion_cap(config, generation, routed.tier)
     rate_tokens = prompt_upper + cap
     headers = await _check_rate(state, principal, routed.request_id, rate_tokens)
@@ -159,7 +159,10 @@ async def admit(state: GatewayState, routed: RoutedRequest) -> tuple[TierDecisio
             f"${held.needed_usd:.6f}).",
             headers=headers,
         )
-    ticket = Ticket(held, routed.tier, prompt_upper, rate_tokens, tuple(headers.items()))
+    # Without reported usage the prompt is charged as the held tier's worst case.
+    ticket = Ticket(
+        held, routed.tier, held.worst.prompt_tokens, rate_tokens, tuple(headers.items())
+    )
     decision = routed.decision
     if ticket.downgraded:
         decision = decision.moved(held.tier, f"budget: downgraded {routed.tier} -> {held.tier}")
