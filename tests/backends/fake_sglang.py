@@ -7,12 +7,20 @@ dicts with ``text`` (cumulative by default, the increment with
 or ``{"type": "stop", "matched": ...}``), ``prompt_tokens``, ``completion_tokens`` and
 ``cached_tokens`` (a radix-cache stand-in: the longest token prefix seen before).
 ``get_loads`` returns objects shaped like SGLang's ``LoadSnapshot``.
+
+Constrained decoding is stood in for: with a ``json_schema`` sampling param the fake
+writes an instance of that schema (a grammar would allow nothing else); with tools in
+the prompt and a user turn last it writes a hermes call (``<tool_call>{"name": N,
+"arguments": A}</tool_call>``) to the first tool, which ``fake_sglang_calls`` parses.
+The fake chat template renders ``tools`` and past calls as hermes templates do, and,
+like templates that write ``arguments | tojson``, refuses arguments that are not objects.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -33,13 +41,78 @@ class FakeLoadSnapshot:
 
 class FakeTokenizer:
     def apply_chat_template(
-        self, messages: list[dict[str, Any]], tokenize: bool, add_generation_prompt: bool
+        self,
+        messages: list[dict[str, Any]],
+        tokenize: bool,
+        add_generation_prompt: bool,
+        tools: list[dict[str, Any]] | None = None,
     ) -> str:
         for m in messages:  # as real templates do, through jinja2's raise_exception
             if m["role"] not in ("system", "user", "assistant", "tool"):
                 raise jinja2.TemplateError(f"unknown role {m['role']!r}")
-        body = "".join(f"<|{m['role']}|>{m['content']}<|end|>" for m in messages)
-        return body + ("<|assistant|>" if add_generation_prompt else "")
+            if not isinstance(m["content"], str):
+                raise TypeError(f"content must be a string, not {type(m['content']).__name__}")
+        head = f"<|system|><tools>{json.dumps(tools)}</tools><|end|>" if tools else ""
+        body = "".join(f"<|{m['role']}|>{m['content']}{_calls(m)}<|end|>" for m in messages)
+        return head + body + ("<|assistant|>" if add_generation_prompt else "")
+
+
+def _calls(message: dict[str, Any]) -> str:
+    out = ""
+    for call in message.get("tool_calls") or ():
+        arguments = call["function"]["arguments"]
+        if not isinstance(arguments, dict):  # ``tojson`` would write a string of JSON
+            raise TypeError("tool call arguments must be a mapping")
+        name = call["function"]["name"]
+        out += f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+    return out
+
+
+def schema_instance(schema: Any, root: dict[str, Any] | None = None) -> Any:
+    """A value valid for ``schema`` (the subset tool and response schemas use)."""
+    root = schema if root is None else root
+    if not isinstance(schema, dict):
+        return None
+    if "$ref" in schema:
+        target: Any = root
+        for part in schema["$ref"].removeprefix("#/").split("/"):
+            target = target[part]
+        return schema_instance(target, root)
+    if "const" in schema:
+        return schema["const"]
+    if "enum" in schema:
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf", "allOf"):
+        if key in schema:
+            return schema_instance({**schema[key][0], **_without(schema, key)}, root)
+    kind = schema.get("type", "object")
+    kind = kind[0] if isinstance(kind, list) else kind
+    if kind == "object":
+        props = schema.get("properties") or {}
+        return {name: schema_instance(sub, root) for name, sub in props.items()}
+    if kind == "array":
+        count = max(1, int(schema.get("minItems", 1)))
+        return [schema_instance(schema.get("items") or {}, root) for _ in range(count)]
+    samples = {"string": "x", "integer": 7, "number": 1.5, "boolean": True, "null": None}
+    return samples.get(kind)
+
+
+def _without(schema: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in schema.items() if k != key}
+
+
+def answer_text(prompt: str, sampling_params: dict[str, Any]) -> tuple[str, str] | None:
+    """What a constrained or tool-calling model writes here, with the finish type."""
+    if sampling_params.get("json_schema") is not None:
+        value = schema_instance(json.loads(sampling_params["json_schema"]))
+        return json.dumps(value, separators=(",", ":")), "stop"
+    if "<tools>" in prompt and prompt.rfind("<|user|>") > prompt.rfind("<|tool|>"):
+        listed = json.loads(prompt.split("<tools>", 1)[1].split("</tools>", 1)[0])
+        function = listed[0]["function"]
+        arguments = schema_instance(function.get("parameters") or {})
+        call = json.dumps({"name": function["name"], "arguments": arguments})
+        return f"<tool_call>\n{call}\n</tool_call>", "stop"
+    return None
 
 
 class FakeTokenizerManager:
@@ -90,6 +163,13 @@ class FakeSglangEngine:
         limit = int(sampling_params.get("max_new_tokens", 16))
         digest = hashlib.sha256(prompt.encode()).hexdigest()
         words = [f" {digest[i % 60 : i % 60 + 3]}é" for i in range(limit)]
+        finish: dict[str, Any] = {"type": "length", "length": limit}
+        if (answer := answer_text(prompt, sampling_params)) is not None:
+            words = tokens(answer[0])
+            if len(words) > limit:
+                words = words[:limit]
+            else:
+                finish = {"type": answer[1], "matched": 0}
 
         async def outputs() -> AsyncIterator[dict[str, Any]]:
             self.running.add(rid)
@@ -108,7 +188,7 @@ class FakeSglangEngine:
                         "output_ids": [index],
                         "meta_info": {
                             "id": rid,
-                            "finish_reason": {"type": "length", "length": limit} if last else None,
+                            "finish_reason": finish if last else None,
                             "prompt_tokens": len(prompt_tokens),
                             "completion_tokens": index + 1,
                             "cached_tokens": cached,
@@ -123,10 +203,15 @@ class FakeSglangEngine:
         self.running.clear()
 
 
+def generated(prompt: str, limit: int) -> str:
+    """What the fake writes, unconstrained, for this rendered prompt."""
+    digest = hashlib.sha256(prompt.encode()).hexdigest()
+    return "".join(f" {digest[i % 60 : i % 60 + 3]}é" for i in range(limit))
+
+
 def expected_text(messages: list[dict[str, Any]], limit: int) -> str:
     """What the fake generates for a chat request: the bridge must deliver exactly this."""
     prompt = FakeTokenizer().apply_chat_template(
         messages, tokenize=False, add_generation_prompt=True
     )
-    digest = hashlib.sha256(prompt.encode()).hexdigest()
-    return "".join(f" {digest[i % 60 : i % 60 + 3]}é" for i in range(limit))
+    return generated(prompt, limit)
