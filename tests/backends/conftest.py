@@ -139,6 +139,24 @@ def sglang_bridge(engine_loop: LoopThread) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
+def sglang_gateway() -> Iterator[Any]:
+    """A real gateway whose ``small`` tier is one SGLang worker process (around the fake
+    engine and the fake FunctionCallParser module, hermes format)."""
+    from tests.support import fake_config, running_gateway
+
+    config = fake_config()
+    config["engines"]["sglang"] = {
+        "backend": "sglang",
+        "model": "fake-sglang",
+        "options": sglang_bridge_options(),
+    }
+    config["tiers"]["small"] = {"engines": ["sglang"]}
+    config["prices"]["fake-sglang"] = {"input": 1.0, "output": 2.0}
+    with running_gateway(config) as gateway:
+        yield gateway
+
+
+@pytest.fixture(scope="session")
 def vllm_gateway(tiny_llama: Path) -> Iterator[Any]:
     """One real gateway over one in-process vLLM engine (with vLLM's hermes tool parser),
     shared by every gateway-level vLLM test: an engine start costs 25-40 s on CPU."""
