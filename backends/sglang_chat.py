@@ -144,7 +144,7 @@ class CallStream:
         if not self.parallel and index > 0:  # one call at most: later ones are dropped
             return None
         arguments = str(item.get("parameters") or "")
-        if item.get("name"):  # a call's first item names it; later ones carry arguments
+        if item.get("name") and index not in self.assembly.calls:  # a call's first item
             return call_delta(index, arguments=arguments, call_id=new_call_id(), name=item["name"])
         if index not in self.assembly.calls:
             return None  # arguments of a call never named: SGLang's server drops them too

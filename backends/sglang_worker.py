@@ -102,12 +102,21 @@ class Bridge:
         if request.get("prompt") is not None:
             return str(request["prompt"])
         tokenizer = self.engine.tokenizer_manager.tokenizer
-        rendered: str = tokenizer.apply_chat_template(
-            request["messages"],
-            tokenize=False,
-            add_generation_prompt=True,
-            tools=request.get("tools"),
-        )
+        tools = request.get("tools")
+        try:
+            rendered: str = tokenizer.apply_chat_template(
+                request["messages"], tokenize=False, add_generation_prompt=True, tools=tools
+            )
+        except (TemplateError, TypeError, KeyError):
+            if not tools:
+                raise
+            # As SGLang's server: some templates (Mistral's) take the bare functions.
+            rendered = tokenizer.apply_chat_template(
+                request["messages"],
+                tokenize=False,
+                add_generation_prompt=True,
+                tools=[t["function"] for t in tools],
+            )
         return rendered
 
     def calls_for(self, request: Mapping[str, Any]) -> FunctionCalls | None:

@@ -40,6 +40,9 @@ class FakeLoadSnapshot:
 
 
 class FakeTokenizer:
+    def __init__(self, bare_functions: bool = False) -> None:
+        self.bare_functions = bare_functions  # as Mistral's template: tools without wrapper
+
     def apply_chat_template(
         self,
         messages: list[dict[str, Any]],
@@ -52,7 +55,9 @@ class FakeTokenizer:
                 raise jinja2.TemplateError(f"unknown role {m['role']!r}")
             if not isinstance(m["content"], str):
                 raise TypeError(f"content must be a string, not {type(m['content']).__name__}")
-        head = f"<|system|><tools>{json.dumps(tools)}</tools><|end|>" if tools else ""
+        if tools and self.bare_functions and any("function" in t for t in tools):
+            raise jinja2.TemplateError("tools must be bare functions")
+        head = f"<|tools|><tools>{json.dumps(tools)}</tools><|end|>" if tools else ""
         body = "".join(f"<|{m['role']}|>{m['content']}{_calls(m)}<|end|>" for m in messages)
         return head + body + ("<|assistant|>" if add_generation_prompt else "")
 
@@ -108,7 +113,7 @@ def answer_text(prompt: str, sampling_params: dict[str, Any]) -> tuple[str, str]
         return json.dumps(value, separators=(",", ":")), "stop"
     if "<tools>" in prompt and prompt.rfind("<|user|>") > prompt.rfind("<|tool|>"):
         listed = json.loads(prompt.split("<tools>", 1)[1].split("</tools>", 1)[0])
-        function = listed[0]["function"]
+        function = listed[0].get("function", listed[0])
         arguments = schema_instance(function.get("parameters") or {})
         call = json.dumps({"name": function["name"], "arguments": arguments})
         return f"<tool_call>\n{call}\n</tool_call>", "stop"
@@ -118,7 +123,7 @@ def answer_text(prompt: str, sampling_params: dict[str, Any]) -> tuple[str, str]
 class FakeTokenizerManager:
     def __init__(self, engine: FakeSglangEngine) -> None:
         self.engine = engine
-        self.tokenizer = FakeTokenizer()
+        self.tokenizer = FakeTokenizer(engine.bare_functions)
 
     def abort_request(self, rid: str) -> None:
         self.engine.aborted.add(rid)
@@ -126,6 +131,34 @@ class FakeTokenizerManager:
     async def get_loads(self) -> list[FakeLoadSnapshot]:
         usage = min(1.0, len(self.engine.running) / 8)
         return [FakeLoadSnapshot(num_running_reqs=len(self.engine.running), token_usage=usage)]
+
+
+# ``sglang.srt.sampling.sampling_params.SamplingParams``'s API fields: SGLang builds it
+# with ``SamplingParams(**sampling_params)``, so any other key is a TypeError there.
+SAMPLING_KEYS = frozenset(
+    {
+        "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p",
+        "top_k", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty",
+        "min_new_tokens", "n", "json_schema", "regex", "ebnf", "structural_tag",
+        "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens",
+        "no_stop_trim", "custom_params", "stream_interval", "logit_bias", "sampling_seed",
+    }
+)  # fmt: skip
+
+
+def check_sampling(params: dict[str, Any]) -> None:
+    """What SGLang's SamplingParams construction and ``verify`` refuse."""
+    unknown = set(params) - SAMPLING_KEYS
+    if unknown:
+        raise TypeError(f"SamplingParams got unexpected keyword arguments {sorted(unknown)}")
+    for name in ("frequency_penalty", "presence_penalty"):
+        if not -2.0 <= float(params.get(name, 0.0)) <= 2.0:
+            raise ValueError(f"{name} must be in [-2, 2]")
+    grammars = [params.get(k) for k in ("json_schema", "regex", "ebnf")]
+    if sum(g is not None for g in grammars) > 1:
+        raise ValueError("Only one of regex, json_schema, or ebnf can be set.")
+    if params.get("json_schema") is not None and not isinstance(params["json_schema"], str):
+        raise TypeError("json_schema is a JSON string")
 
 
 def tokens(text: str) -> list[str]:
@@ -136,6 +169,7 @@ def tokens(text: str) -> list[str]:
 class FakeSglangEngine:
     def __init__(self, **server_args: Any) -> None:
         self.incremental = bool(server_args.get("incremental_streaming_output", False))
+        self.bare_functions = bool(server_args.get("fake_bare_functions", False))
         self.token_delay_s = float(server_args.get("fake_token_delay_s", 0.0))
         self.crash_after_tokens = server_args.get("fake_crash_after_tokens")
         self.tokenizer_manager = FakeTokenizerManager(self)
@@ -157,6 +191,7 @@ class FakeSglangEngine:
     async def async_generate(
         self, prompt: str, sampling_params: dict[str, Any], stream: bool, rid: str
     ) -> AsyncIterator[dict[str, Any]]:
+        check_sampling(sampling_params)
         prompt_tokens = tokens(prompt)
         cached = self._cached(prompt_tokens)
         self.seen.append(prompt_tokens)

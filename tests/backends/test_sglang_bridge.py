@@ -142,6 +142,21 @@ def test_a_tool_call_streams_as_openai_deltas_and_ends_whole(
     assert sglang_bridge.unfinished() == 0
 
 
+def test_a_template_that_takes_bare_functions_gets_them(engine_loop: LoopThread) -> None:
+    """As SGLang's server: when the template refuses OpenAI-wrapped tools, the worker
+    renders again with the bare functions (Mistral's templates want those)."""
+    options = sglang_bridge_options(fake_bare_functions=True)
+    engine = SglangEngine(name="sglang-bare", model="fake", **options)
+    engine_loop.run(engine.start())
+    try:
+        request = replace(chat("what is 7?", max_tokens=200), tools=(TOOL,))
+        last = engine_loop.run(collect(engine, request))[-1]
+        assert last.finish_reason == "tool_calls" and last.tool_calls is not None
+        assert last.tool_calls[0]["function"]["name"] == "lookup"
+    finally:
+        engine_loop.run(engine.aclose())
+
+
 def test_tool_choice_none_answers_in_text(sglang_bridge: Any, engine_loop: LoopThread) -> None:
     request = replace(chat("hello", max_tokens=5), tools=(TOOL,), tool_choice="none")
     chunks = engine_loop.run(collect(sglang_bridge, request))
