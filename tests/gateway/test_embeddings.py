@@ -1,0 +1,253 @@
+"""``POST /v1/embeddings`` against a real gateway (uvicorn on loopback), with the official
+``openai`` SDK and LangChain: the classifier's MiniLM in process, and a remote model on
+the ``openai`` backend forwarding to a real OpenAI-compatible server on loopback.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import numpy as np
+import openai
+import pytest
+
+from policies.schema import GatewayConfig
+from routers.wordpiece import WordPieces
+from tests.support import OTHER_KEY, TEST_KEY, RunningGateway, fake_config, running_gateway
+from tests.upstream import UpstreamLog, running_upstream
+
+MINILM = "all-minilm-l6-v2"
+REMOTE = "text-embedding-3-small"
+PRICE = 1000.0  # USD per million input tokens: a few tokens cost a visible amount
+BUDGET = 0.02  # globex's daily budget: about five short requests
+
+
+def embeddings_config(upstream: str) -> dict[str, Any]:
+    config = fake_config()
+    config["routing"] = {"classifier": {"max_wait_ms": 1}}
+    config["engines"]["remote-embed"] = {
+        "backend": "openai",
+        "model": REMOTE,
+        "options": {"api_base": upstream, "upstream_model": "upstream-embed"},
+    }
+    config["embeddings"] = {MINILM: {}, REMOTE: {"engine": "remote-embed"}}
+    config["prices"][MINILM] = {"input": PRICE, "output": 0}
+    config["prices"][REMOTE] = {"input": 20.0, "output": 0}
+    config["tenants"]["globex"]["budget"] = {"limit_usd": BUDGET, "window": "daily"}
+    return config
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[tuple[str, UpstreamLog]]:
+    with running_upstream() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def gateway(upstream: tuple[str, UpstreamLog]) -> Iterator[RunningGateway]:
+    with running_gateway(embeddings_config(upstream[0])) as running:
+        yield running
+
+
+def client(gateway: RunningGateway, key: str = TEST_KEY) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gateway.base_url + "/v1", api_key=key, max_retries=0)
+
+
+def post(gateway: RunningGateway, body: Any, key: str = TEST_KEY) -> httpx.Response:
+    headers = {"authorization": f"Bearer {key}"}
+    return httpx.post(gateway.base_url + "/v1/embeddings", json=body, headers=headers, timeout=30)
+
+
+def ledger(gateway: RunningGateway) -> list[Any]:
+    events = gateway.call(gateway.state.ledger.events(0, time.time() + 60))
+    return list(events)
+
+
+def test_sdk_three_inputs_three_vectors(gateway: RunningGateway) -> None:
+    texts = ["The cat sat on the mat.", "Budgets are reserved first.", "x"]
+    sdk = client(gateway)
+    answer = sdk.embeddings.create(model=MINILM, input=texts, encoding_format="float")
+    assert [d.index for d in answer.data] == [0, 1, 2]
+    assert {len(d.embedding) for d in answer.data} == {384}
+    assert answer.usage.prompt_tokens > 0 and answer.usage.total_tokens > 0
+    assert answer.model == MINILM
+    # The SDK's default asks for base64 and decodes it: the same float32 vectors, bit for
+    # bit (JSON floats are float32's shortest repr, which reads back to the same float32).
+    floats = np.array([d.embedding for d in answer.data], "<f4")
+    default = sdk.embeddings.create(model=MINILM, input=texts)
+    assert np.array_equal(np.array([d.embedding for d in default.data], "<f4"), floats)
+    raw = post(gateway, {"model": MINILM, "input": texts, "encoding_format": "base64"}).json()
+    decoded = [np.frombuffer(base64.b64decode(d["embedding"]), "<f4") for d in raw["data"]]
+    assert np.array_equal(np.stack(decoded), floats)
+    # What the classifier's own embedder gives for these texts (the shared instance).
+    served = gateway.state.served_embedder
+    assert served is not None and served.embedder is gateway.state.embedder
+    direct = gateway.call(served.embedder.embed(texts))
+    assert np.allclose(np.stack(decoded), direct, atol=1e-6)
+    # usage: MiniLM's wordpieces, [CLS] and [SEP] included
+    assert answer.usage.prompt_tokens == sum(WordPieces().count_sync(texts))
+    norms = np.linalg.norm(np.stack(decoded), axis=1)
+    assert np.allclose(norms, 1.0, atol=1e-4)
+    assert not np.allclose(decoded[0], decoded[1])
+
+
+def test_token_arrays_are_minilm_wordpiece_ids(gateway: RunningGateway) -> None:
+    tokenizer = WordPieces()._tokenizer
+    texts = ["tokenization is fun", "hello world"]
+    ids = [tokenizer.encode(t, add_special_tokens=False).ids for t in texts]
+    by_text = client(gateway).embeddings.create(model=MINILM, input=texts)
+    by_ids = client(gateway).embeddings.create(model=MINILM, input=ids)
+    one = client(gateway).embeddings.create(model=MINILM, input=ids[0])
+    assert np.allclose(
+        [d.embedding for d in by_ids.data], [d.embedding for d in by_text.data], atol=1e-6
+    )
+    assert np.allclose(one.data[0].embedding, by_text.data[0].embedding, atol=1e-6)
+    assert by_ids.usage.prompt_tokens == by_text.usage.prompt_tokens
+
+
+LONG = "word " * 200  # over the embedder's 128-wordpiece window (routing.classifier.max_tokens)
+ERRORS: list[tuple[dict[str, Any], int, str | None]] = [
+    ({"model": MINILM, "input": ""}, 400, "input"),
+    ({"model": MINILM, "input": []}, 400, "input"),
+    ({"model": MINILM, "input": ["ok", ""]}, 400, "input"),
+    ({"model": MINILM, "input": [[]]}, 400, "input"),
+    ({"model": MINILM, "input": 5}, 400, "input"),
+    ({"model": MINILM, "input": ["a", 1]}, 400, "input"),
+    ({"model": MINILM, "input": [1, -2]}, 400, "input"),
+    ({"model": MINILM, "input": [True]}, 400, "input"),
+    ({"model": MINILM, "input": [[1, 2], "a"]}, 400, "input"),
+    ({"model": MINILM, "input": {"text": "a"}}, 400, "input"),
+    ({"model": MINILM, "input": [99999]}, 400, "input"),
+    ({"model": MINILM, "input": LONG}, 400, "input"),
+    ({"model": MINILM}, 400, "input"),
+    ({"input": "a"}, 400, "model"),
+    ({"model": MINILM, "input": "a", "dimensions": 64}, 400, "dimensions"),
+    ({"model": MINILM, "input": "a", "dimensions": 0}, 400, "dimensions"),
+    ({"model": MINILM, "input": "a", "encoding_format": "int8"}, 400, "encoding_format"),
+    ({"model": MINILM, "input": "a", "truncate": "END"}, 400, "truncate"),
+    ({"model": "no-such-embedder", "input": "a"}, 404, "model"),
+    ({"model": "fake-small", "input": "a"}, 404, "model"),  # a chat model
+    ({"model": "auto", "input": "a"}, 404, "model"),
+]
+
+
+def test_bad_requests_get_openai_errors_and_change_nothing(gateway: RunningGateway) -> None:
+    before, spent = len(ledger(gateway)), gateway.state.metrics.cost.collect()
+    for body, status, param in ERRORS:
+        answer = post(gateway, body)
+        assert answer.status_code == status, (body, answer.text)
+        error = answer.json()["error"]
+        assert error["param"] == param, (body, error)
+        assert error["type"] == "invalid_request_error" and error["message"]
+    long = post(gateway, {"model": MINILM, "input": LONG}).json()["error"]
+    assert long["code"] == "context_length_exceeded" and "128" in long["message"]
+    assert len(ledger(gateway)) == before  # no budget charged, no event written
+    assert gateway.state.metrics.cost.collect() == spent
+    assert post(gateway, {"model": MINILM, "input": "a"}, key="wrong").status_code == 401
+    accepted = post(gateway, {"model": MINILM, "input": "a", "user": "end-user-7"})
+    assert accepted.status_code == 200
+
+
+def test_budget_reservation_ledger_and_429_like_chat(gateway: RunningGateway) -> None:
+    sdk = client(gateway, OTHER_KEY)
+    charged = 0.0
+    with pytest.raises(openai.RateLimitError) as refused:
+        for _ in range(50):
+            answer = sdk.embeddings.with_raw_response.create(model=MINILM, input="hello world")
+            tokens = answer.parse().usage.prompt_tokens
+            assert float(answer.headers["x-tiergate-cost-usd"]) == pytest.approx(
+                tokens * PRICE / 1e6
+            )
+            charged += tokens * PRICE / 1e6
+    assert refused.value.code == "insufficient_quota"
+    assert BUDGET - 4 * PRICE / 1e6 < charged <= BUDGET + 1e-12  # never over the budget
+    events = [e for e in ledger(gateway) if e.tenant == "globex"]
+    served = [e for e in events if e.kind == "request"]
+    assert {e.model for e in served} == {MINILM} and {e.tier for e in served} == {"embeddings"}
+    assert all(e.prompt_tokens == 4 and e.completion_tokens == 0 for e in served)
+    assert sum(e.cost_usd for e in served) == pytest.approx(charged)
+    assert [e.status for e in events if e.kind == "denied"] == ["budget"]
+    # A chat request of the same tenant is refused in the same shape.
+    chat = httpx.post(
+        gateway.base_url + "/v1/chat/completions",
+        json={"model": "small", "messages": [{"role": "user", "content": "hi"}]},
+        headers={"authorization": f"Bearer {OTHER_KEY}"},
+    )
+    embed = post(gateway, {"model": MINILM, "input": "hello world"}, key=OTHER_KEY)
+    assert chat.status_code == embed.status_code == 429
+    assert chat.json()["error"].keys() == embed.json()["error"].keys()
+    assert chat.json()["error"]["code"] == embed.json()["error"]["code"]
+    metrics = httpx.get(gateway.base_url + "/metrics").text
+    assert 'endpoint="embeddings"' in metrics and 'tier="embeddings"' in metrics
+
+
+def test_models_lists_the_embedding_models(gateway: RunningGateway) -> None:
+    listed = {m.id: m for m in client(gateway).models.list().data}
+    assert listed[MINILM].owned_by == "tiergate"
+    assert listed[MINILM].model_extra["tiergate"] == {"kind": "embedding", "engine": "in-process"}
+    assert listed[REMOTE].model_extra["tiergate"]["kind"] == "embedding"
+
+
+def test_remote_model_on_the_openai_backend(
+    gateway: RunningGateway, upstream: tuple[str, UpstreamLog]
+) -> None:
+    log = upstream[1]
+    sdk = client(gateway)
+    answer = sdk.embeddings.create(model=REMOTE, input=["one two", "three"], dimensions=4)
+    forwarded = log.requests[-1]
+    assert forwarded["model"] == "upstream-embed" and forwarded["dimensions"] == 4
+    assert forwarded["input"] == ["one two", "three"]
+    assert [len(d.embedding) for d in answer.data] == [4, 4]
+    assert answer.model == REMOTE and answer.usage.prompt_tokens == 3  # the upstream's count
+    floats = sdk.embeddings.create(
+        model=REMOTE, input=["one two", "three"], dimensions=4, encoding_format="float"
+    )
+    assert np.allclose([d.embedding for d in floats.data], [d.embedding for d in answer.data])
+    extra = post(gateway, {"model": REMOTE, "input": [[5, 6, 7]], "truncate": "END"})
+    assert extra.status_code == 200 and log.requests[-1]["truncate"] == "END"
+    event = ledger(gateway)[-1]
+    assert event.model == REMOTE and event.prompt_tokens == 3
+    assert event.cost_usd == pytest.approx(3 * 20.0 / 1e6)
+
+
+def test_langchain_openai_embeddings(gateway: RunningGateway) -> None:
+    from langchain_openai import OpenAIEmbeddings
+
+    from routers.embedding import minilm_path
+
+    common = {"model": MINILM, "base_url": gateway.base_url + "/v1", "api_key": TEST_KEY}
+    plain = OpenAIEmbeddings(check_embedding_ctx_length=False, **common)  # type: ignore[arg-type]
+    docs = ["Embeddings feed retrieval.", "A second document."]
+    vectors = plain.embed_documents(docs)
+    assert len(vectors) == 2 and {len(v) for v in vectors} == {384}
+    assert len(plain.embed_query("a query")) == 384
+    # Chunked by MiniLM's own tokenizer (LangChain's non-tiktoken path), under its window.
+    chunked = OpenAIEmbeddings(
+        tiktoken_enabled=False,
+        tiktoken_model_name=minilm_path(),
+        embedding_ctx_length=100,
+        **common,  # type: ignore[arg-type]
+    )
+    again = chunked.embed_documents(docs)
+    assert np.allclose(again, vectors, atol=1e-3)
+
+
+def test_config_checks() -> None:
+    config = embeddings_config("http://127.0.0.1:9/v1")
+    GatewayConfig.model_validate(config)
+    no_classifier = {**config, "routing": {}}
+    with pytest.raises(ValueError, match="needs routing.classifier"):
+        GatewayConfig.model_validate(no_classifier)
+    in_tier = {**config, "tiers": {**config["tiers"], "small": {"engines": ["remote-embed"]}}}
+    with pytest.raises(ValueError, match="is in a tier"):
+        GatewayConfig.model_validate(in_tier)
+    chat_engine = {**config, "embeddings": {"fake-small": {"engine": "fake-small"}}}
+    with pytest.raises(ValueError, match="cannot serve embeddings"):
+        GatewayConfig.model_validate(chat_engine)
+    unpriced = {**config, "prices": {k: v for k, v in config["prices"].items() if k != MINILM}}
+    with pytest.raises(ValueError, match="no entry in prices"):
+        GatewayConfig.model_validate(unpriced)
