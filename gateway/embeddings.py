@@ -184,7 +184,8 @@ class EmbeddingRun:
             self.outcome = embedding_outcome(
                 config, model, usage, error=error, denied=denied, latency_s=latency_s
             )
-            observe.embedded(self.state.metrics, self.trace, self.call, self.outcome)
+            tenant, request_id = self.call.principal.tenant, self.call.request_id
+            observe.embedded(self.state.metrics, self.trace, tenant, request_id, self.outcome)
         return self.outcome
 
     async def close(self) -> None:

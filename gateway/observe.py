@@ -17,7 +17,6 @@ from gateway.outcome import Outcome
 from gateway.tracing import RequestTrace
 
 if TYPE_CHECKING:
-    from gateway.embeddings import EmbeddingCall
     from gateway.routing import RoutedRequest
 
 
@@ -124,19 +123,19 @@ def finish(
 
 
 def embedded(
-    metrics: GatewayMetrics, trace: RequestTrace, call: EmbeddingCall, outcome: Outcome
+    metrics: GatewayMetrics, trace: RequestTrace, tenant: str, request_id: str, outcome: Outcome
 ) -> None:
     """An embeddings request has ended: its metrics (endpoint ``embeddings``), its trace."""
-    record(metrics, call.principal.tenant, outcome, "embeddings")
+    record(metrics, tenant, outcome, "embeddings")
     if not trace.recording:
         return
-    trace.rename(f"embeddings {call.model}")
+    trace.rename(f"embeddings {outcome.model}")
     attributes: dict[str, AttributeValue] = {
         "gen_ai.operation.name": "embeddings",
-        "gen_ai.request.model": call.model,
-        "gen_ai.response.id": call.request_id,
+        "gen_ai.request.model": outcome.model,
+        "gen_ai.response.id": request_id,
         "gen_ai.usage.input_tokens": outcome.usage.prompt_tokens,
-        "tiergate.tenant": call.principal.tenant,
+        "tiergate.tenant": tenant,
         "tiergate.cost_usd": outcome.cost_usd,
         "tiergate.status": outcome.status,
     }

@@ -240,7 +240,7 @@ def test_config_checks() -> None:
     config = embeddings_config("http://127.0.0.1:9/v1")
     GatewayConfig.model_validate(config)
     no_classifier = {**config, "routing": {}}
-    with pytest.raises(ValueError, match="needs routing.classifier"):
+    with pytest.raises(ValueError, match=r"needs routing\.classifier"):
         GatewayConfig.model_validate(no_classifier)
     in_tier = {**config, "tiers": {**config["tiers"], "small": {"engines": ["remote-embed"]}}}
     with pytest.raises(ValueError, match="is in a tier"):
