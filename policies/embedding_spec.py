@@ -29,6 +29,8 @@ def embedding_problems(
 ) -> list[str]:
     """What makes the section unservable; ``local_embedder``: routing.classifier is set."""
     problems: list[str] = []
+    if embeddings and "embeddings" in tiers:  # the tier label embeddings requests carry
+        problems.append("a tier may not be named 'embeddings' while embeddings are configured")
     in_tiers = {e for tier in tiers.values() for e in tier.engines}
     for model, spec in embeddings.items():
         where = f"embeddings.{model}"
