@@ -6,6 +6,7 @@ the ``openai`` backend forwarding to a real OpenAI-compatible server on loopback
 from __future__ import annotations
 
 import base64
+import hashlib
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -14,6 +15,8 @@ import httpx
 import numpy as np
 import openai
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from policies.schema import GatewayConfig
 from routers.wordpiece import WordPieces
@@ -22,6 +25,7 @@ from tests.upstream import UpstreamLog, running_upstream
 
 MINILM = "all-minilm-l6-v2"
 REMOTE = "text-embedding-3-small"
+PACED_KEY = "tg-paced-key-0123456789"
 PRICE = 1000.0  # USD per million input tokens: a few tokens cost a visible amount
 BUDGET = 0.02  # globex's daily budget: about five short requests
 
@@ -37,7 +41,19 @@ def embeddings_config(upstream: str) -> dict[str, Any]:
     config["embeddings"] = {MINILM: {}, REMOTE: {"engine": "remote-embed"}}
     config["prices"][MINILM] = {"input": PRICE, "output": 0}
     config["prices"][REMOTE] = {"input": 20.0, "output": 0}
+    config["engines"]["rejecting-embed"] = {
+        "backend": "openai",
+        "model": "rejected-embed",
+        "options": {"api_base": upstream, "upstream_model": "reject-me"},
+    }
+    config["embeddings"]["rejected-embed"] = {"engine": "rejecting-embed"}
+    config["prices"]["rejected-embed"] = {"input": 20.0, "output": 0}
     config["tenants"]["globex"]["budget"] = {"limit_usd": BUDGET, "window": "daily"}
+    digest = hashlib.sha256(PACED_KEY.encode()).hexdigest()
+    config["tenants"]["paced"] = {
+        "keys": [{"id": "paced-1", "sha256": digest}],
+        "rate_limit": {"requests_per_minute": 2},
+    }
     return config
 
 
@@ -183,6 +199,65 @@ def test_budget_reservation_ledger_and_429_like_chat(gateway: RunningGateway) ->
     assert chat.json()["error"]["code"] == embed.json()["error"]["code"]
     metrics = httpx.get(gateway.base_url + "/metrics").text
     assert 'endpoint="embeddings"' in metrics and 'tier="embeddings"' in metrics
+
+
+def test_rate_limit_applies_as_for_chat(gateway: RunningGateway) -> None:
+    answers = [post(gateway, {"model": MINILM, "input": "a"}, key=PACED_KEY) for _ in range(3)]
+    assert [a.status_code for a in answers] == [200, 200, 429]
+    error = answers[2].json()["error"]
+    assert (error["type"], error["code"]) == ("requests", "rate_limit_exceeded")
+    assert "x-ratelimit-remaining-requests" in {h.lower() for h in answers[0].headers}
+    events = [e for e in ledger(gateway) if e.tenant == "paced"]
+    assert [(e.kind, e.status) for e in events] == [
+        ("request", "ok"),
+        ("request", "ok"),
+        ("denied", "rate_limit"),
+    ]
+
+
+def test_upstream_refusal_is_an_openai_error_and_charges_nothing(
+    gateway: RunningGateway,
+) -> None:
+    answer = post(gateway, {"model": "rejected-embed", "input": "a"})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["type"] == "invalid_request_error"
+    event = ledger(gateway)[-1]
+    assert event.model == "rejected-embed" and event.status == "error"
+    assert event.cost_usd == 0.0 and event.prompt_tokens == 0
+
+
+# Input shapes around the valid ones: every answer is a 200 or a 400 naming ``input``.
+_ids = st.lists(st.integers(min_value=-2, max_value=40_000), max_size=6)
+_texts = st.lists(st.text(max_size=12), max_size=4)
+_inputs = st.one_of(
+    st.text(max_size=20),
+    _texts,
+    _ids,
+    st.lists(_ids, max_size=3),
+    st.lists(st.one_of(st.text(max_size=5), st.integers(), st.booleans(), st.none()), max_size=3),
+)
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+)
+@given(value=_inputs)
+def test_any_input_shape_is_a_200_or_a_400_naming_input(
+    gateway: RunningGateway, value: Any
+) -> None:
+    answer = post(gateway, {"model": MINILM, "input": value, "encoding_format": "base64"})
+    assert answer.status_code in (200, 400), (value, answer.text)
+    if answer.status_code == 400:
+        assert answer.json()["error"]["param"] == "input", (value, answer.text)
+        return
+    body = answer.json()
+    count = 1 if isinstance(value, str) or isinstance(value[0], int) else len(value)
+    assert len(body["data"]) == count and body["usage"]["prompt_tokens"] >= 2 * count
+    assert all(len(base64.b64decode(d["embedding"])) == 4 * 384 for d in body["data"])
 
 
 def test_models_lists_the_embedding_models(gateway: RunningGateway) -> None:
