@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gateway.wire.fields import EMBEDDING_FIELDS
 from policies.schema import GatewayConfig
 from routers.wordpiece import WordPieces
 from tests.support import OTHER_KEY, TEST_KEY, RunningGateway, fake_config, running_gateway
@@ -149,6 +150,33 @@ ERRORS: list[tuple[dict[str, Any], int, str | None]] = [
     ({"model": "fake-small", "input": "a"}, 404, "model"),  # a chat model
     ({"model": "auto", "input": "a"}, 404, "model"),
 ]
+
+
+FIELD_SAMPLES: dict[str, dict[str, Any]] = {
+    "model": {},
+    "input": {"input": ["a", "b"]},
+    "encoding_format": {"encoding_format": "base64"},
+    "user": {"user": "end-user-1"},
+    "dimensions": {"dimensions": 4},
+    "unlisted": {"truncate": "END"},  # stands for any field the gateway does not model
+}
+
+
+@pytest.mark.parametrize("field", [*EMBEDDING_FIELDS, "unlisted"])
+def test_every_field_is_honoured_or_a_400_naming_it(
+    gateway: RunningGateway, upstream: tuple[str, UpstreamLog], field: str
+) -> None:
+    sample = FIELD_SAMPLES[field]
+    kind = EMBEDDING_FIELDS.get(field, "passthrough")
+    local = post(gateway, {"model": MINILM, "input": "a", **sample})
+    if kind == "passthrough":
+        assert local.status_code == 400 and local.json()["error"]["param"] == next(iter(sample))
+    else:
+        assert local.status_code == 200, local.text
+    remote = post(gateway, {"model": REMOTE, "input": "a", **sample})
+    assert remote.status_code == 200, remote.text
+    forwarded = upstream[1].requests[-1]
+    assert all(forwarded[k] == v for k, v in sample.items()), (sample, forwarded)
 
 
 def test_bad_requests_get_openai_errors_and_change_nothing(gateway: RunningGateway) -> None:
