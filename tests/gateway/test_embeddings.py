@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -21,7 +22,18 @@ from hypothesis import strategies as st
 from gateway.wire.fields import EMBEDDING_FIELDS
 from policies.schema import GatewayConfig
 from routers.wordpiece import WordPieces
-from tests.support import OTHER_KEY, TEST_KEY, RunningGateway, fake_config, running_gateway
+from tests.support import (
+    OTHER_KEY,
+    PYTHON,
+    REPO,
+    TEST_KEY,
+    RunningGateway,
+    fake_config,
+    free_port,
+    running_gateway,
+    subprocess_env,
+    wait_http,
+)
 from tests.upstream import UpstreamLog, running_upstream
 
 MINILM = "all-minilm-l6-v2"
@@ -354,3 +366,23 @@ def test_config_checks() -> None:
     unpriced = {**config, "prices": {k: v for k, v in config["prices"].items() if k != MINILM}}
     with pytest.raises(ValueError, match="no entry in prices"):
         GatewayConfig.model_validate(unpriced)
+
+
+@pytest.mark.slow
+def test_tiergate_serve_on_the_shipped_config_serves_minilm() -> None:
+    """The README's embedded default (config/gateway.yaml) under ``tiergate serve``."""
+    port = free_port()
+    env = subprocess_env(TIERGATE_DEMO_KEY=TEST_KEY, TIERGATE_LOG_LEVEL="warning")
+    command = [PYTHON, "-m", "gateway", "serve", "--config", "config/gateway.yaml"]
+    proc = subprocess.Popen([*command, "--port", str(port)], cwd=REPO, env=env)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_http(url + "/readyz", timeout_s=120)
+        sdk = openai.OpenAI(base_url=url + "/v1", api_key=TEST_KEY, max_retries=0)
+        answer = sdk.embeddings.create(model=MINILM, input=["red", "green", "blue sky"])
+        assert len(answer.data) == 3 and {len(d.embedding) for d in answer.data} == {384}
+        assert answer.usage.prompt_tokens == 3 + 3 + 4
+        assert MINILM in {m.id for m in sdk.models.list().data}
+    finally:
+        proc.terminate()
+        proc.wait(30)
