@@ -211,7 +211,9 @@ async def _served_embedder(
     if spec is None or not any(e.engine is None for e in config.embeddings.values()):
         return None
     if routing is None:
-        notes.append("the in-process embedding model is off: the classifier's embedder failed")
+        note = "the in-process embedding model is off: the classifier's embedder failed"
+        log.error("%s", note)
+        notes.append(note)
         return None
     from routers.embedding import EmbedderUnavailable
     from routers.wordpiece import serve_embedder
@@ -219,6 +221,7 @@ async def _served_embedder(
     try:
         return await asyncio.to_thread(serve_embedder, routing.embedder, spec.max_tokens)
     except EmbedderUnavailable as exc:
+        log.error("the in-process embedding model is off: %s", exc)
         notes.append(f"the in-process embedding model is off: {exc}")
         return None
 

@@ -219,32 +219,36 @@ def _remote_engine(state: GatewayState, engine: str) -> EmbeddingEngine:
     return chosen
 
 
+def _source(state: GatewayState, call: EmbeddingCall) -> ServedEmbedder | EmbeddingEngine:
+    """The in-process embedder or the remote engine that serves ``call.model``."""
+    if call.spec.engine is not None:
+        return _remote_engine(state, call.spec.engine)
+    if state.served_embedder is None:
+        raise ModelNotFound(
+            f"The embedding model `{call.model}` is not loaded in this process "
+            "(the classifier's embedder did not start; the gateway log says why).",
+            param="model",
+        )
+    return state.served_embedder
+
+
 async def create_embeddings(
     state: GatewayState, principal: Principal, config: GatewayConfig, body: EmbeddingRequest
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """The response body and headers; raises an ``ApiError`` for every refusal."""
     call = _call(config, principal, body.model)
-    engine: EmbeddingEngine | None = None
-    if call.spec.engine is None:
-        served = state.served_embedder
-        if served is None:
-            raise ModelNotFound(
-                f"The embedding model `{call.model}` is not loaded in this process "
-                "(the classifier's embedder did not start; see /readyz notes).",
-                param="model",
-            )
-        prepared = await _prepare_local(served, call.model, body)
+    source = _source(state, call)
+    if isinstance(source, ServedEmbedder):
+        prepared = await _prepare_local(source, call.model, body)
     else:
-        engine = _remote_engine(state, call.spec.engine)
         prepared = Prepared(None, _remote_upper(config, body))
     run = EmbeddingRun(state, call, prepared)
     try:
         await run.admit()
-        if engine is None:
-            assert served is not None
-            payload = await run.local(served, body)
+        if isinstance(source, ServedEmbedder):
+            payload = await run.local(source, body)
         else:
-            payload = await run.remote(engine, body)
+            payload = await run.remote(source, body)
     finally:
         await run.close()
     assert run.outcome is not None and run.ticket is not None

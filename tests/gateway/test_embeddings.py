@@ -386,3 +386,17 @@ def test_tiergate_serve_on_the_shipped_config_serves_minilm() -> None:
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_without_the_classifiers_embedder_the_local_model_is_404(tmp_path: Any) -> None:
+    broken = tmp_path / "classifier.npz"
+    broken.write_bytes(b"not a model")
+    config = embeddings_config("http://127.0.0.1:9/v1")
+    config["routing"] = {"classifier": {"model": str(broken)}}
+    with running_gateway(config) as gateway:
+        assert gateway.state.served_embedder is None
+        assert any("embedding model is off" in note for note in gateway.state.notes)
+        answer = post(gateway, {"model": MINILM, "input": "a"})
+        assert answer.status_code == 404, answer.text
+        assert answer.json()["error"]["code"] == "model_not_found"
+        assert ledger(gateway) == []  # nothing admitted, nothing charged
