@@ -1,6 +1,7 @@
 """``POST /v1/embeddings`` through the gateway vs the same embedder called directly.
 
     python bench/embeddings.py [--requests 200] [--concurrency 8] [--rounds 3]
+    tiergate bench embeddings -- --rounds 5
 
 One real gateway (uvicorn on loopback, the classifier's MiniLM shared as the served
 embedder, budgets and ledger in process); each round sends ``--requests`` one-text
@@ -16,11 +17,15 @@ import argparse
 import asyncio
 import os
 import statistics
+import sys
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.support import TEST_KEY, fake_config, running_gateway
 
