@@ -18,6 +18,10 @@ import openai
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
 from gateway.wire.fields import EMBEDDING_FIELDS
 from policies.schema import GatewayConfig
@@ -76,9 +80,14 @@ def upstream() -> Iterator[tuple[str, UpstreamLog]]:
         yield running
 
 
+EXPORTER = InMemorySpanExporter()
+
+
 @pytest.fixture(scope="module")
 def gateway(upstream: tuple[str, UpstreamLog]) -> Iterator[RunningGateway]:
-    with running_gateway(embeddings_config(upstream[0])) as running:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
+    with running_gateway(embeddings_config(upstream[0]), tracer_provider=provider) as running:
         yield running
 
 
@@ -298,6 +307,24 @@ def test_any_input_shape_is_a_200_or_a_400_naming_input(
     count = 1 if isinstance(value, str) or isinstance(value[0], int) else len(value)
     assert len(body["data"]) == count and body["usage"]["prompt_tokens"] >= 2 * count
     assert all(len(base64.b64decode(d["embedding"])) == 4 * 384 for d in body["data"])
+
+
+def test_one_trace_per_request_named_as_genai_embeddings(gateway: RunningGateway) -> None:
+    EXPORTER.clear()
+    answer = post(gateway, {"model": MINILM, "input": ["a b", "c"]})
+    rid = answer.headers["x-request-id"]
+    for _ in range(200):
+        roots = [s for s in EXPORTER.get_finished_spans() if s.kind == SpanKind.SERVER]
+        if roots:
+            break
+        time.sleep(0.01)
+    (root,) = roots
+    assert root.name == f"embeddings {MINILM}"
+    attributes = dict(root.attributes or {})
+    assert attributes["gen_ai.operation.name"] == "embeddings"
+    assert attributes["gen_ai.response.id"] == rid
+    assert attributes["gen_ai.usage.input_tokens"] == answer.json()["usage"]["prompt_tokens"]
+    assert attributes["tiergate.status"] == "ok"
 
 
 def test_models_lists_the_embedding_models(gateway: RunningGateway) -> None:
