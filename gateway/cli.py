@@ -79,6 +79,7 @@ BENCHMARKS = {
     "keys": "keys_overhead.py",  # API-managed keys vs YAML keys, passthrough CPU per request
     "observability": "observability_overhead.py",
     "embedded": "embedded.py",
+    "embeddings": "embeddings.py",  # /v1/embeddings through the gateway vs the embedder
     "vllm": "vllm_inprocess.py",
 }
 

@@ -10,6 +10,7 @@ from pydantic import (
     model_validator,
 )
 
+from policies.embedding_spec import EmbeddingSpec, embedding_problems
 from policies.engine_spec import EngineSpec, TierSpec
 from policies.frozen import Frozen
 from policies.part_tokens import PartTokens
@@ -299,6 +300,7 @@ class GatewayConfig(Frozen):
     admin: AdminConfig = AdminConfig()
     metrics: MetricsConfig = MetricsConfig()
     cache: CacheConfig = CacheConfig()
+    embeddings: dict[str, EmbeddingSpec] = Field(default_factory=dict)  # POST /v1/embeddings
 
     @model_validator(mode="after")
     def _references(self) -> GatewayConfig:
@@ -335,6 +337,13 @@ class GatewayConfig(Frozen):
         served = {spec.model for spec in self.engines.values()}
         for model in sorted(set(self.budgets.part_tokens) - served):
             problems.append(f"budgets.part_tokens names {model!r}, which no engine serves")
+        local = self.routing.classifier is not None
+        problems.extend(embedding_problems(self.embeddings, self.engines, self.tiers, local))
+        problems.extend(
+            f"embedding model {m!r} has no entry in prices"
+            for m, spec in self.embeddings.items()
+            if spec.engine is None and m not in self.prices
+        )
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -347,7 +356,9 @@ class GatewayConfig(Frozen):
         return None
 
     def models(self) -> list[str]:
-        return sorted({spec.model for spec in self.engines.values()})
+        """The chat and completion models (engines that serve embeddings are not)."""
+        embedding = {s.engine for s in self.embeddings.values() if s.engine is not None}
+        return sorted({spec.model for name, spec in self.engines.items() if name not in embedding})
 
 
 Location = tuple[str | int, ...]

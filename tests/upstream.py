@@ -9,12 +9,15 @@ provider it bills image parts as prompt tokens (``IMAGE_TOKENS``), and the model
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import orjson
 import uvicorn
 from starlette.applications import Starlette
@@ -159,7 +162,37 @@ def build_app(log: UpstreamLog, token_delay_s: float = 0.0) -> Starlette:
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
-    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+    async def embeddings(request: Request) -> Response:
+        """One vector per input, from the text's bytes; usage: one token per word."""
+        body = await request.json()
+        log.requests.append(body)
+        if body.get("model") == "reject-me":
+            error = {"error": {"message": "bad", "type": "invalid_request_error", "param": None}}
+            return Response(orjson.dumps(error), status_code=400, media_type="application/json")
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        if inputs and isinstance(inputs[0], int):
+            inputs = [inputs]
+        dim = body.get("dimensions") or 8
+        data, tokens = [], 0
+        for i, item in enumerate(inputs):
+            seed = item.encode() if isinstance(item, str) else bytes(v % 256 for v in item)
+            vector = np.frombuffer(hashlib.sha512(seed).digest() * 4, dtype=np.uint8)[:dim]
+            vector = vector.astype("<f4") / 255
+            encoded: Any = vector.tolist()
+            if body.get("encoding_format") == "base64":
+                encoded = base64.b64encode(vector.tobytes()).decode()
+            data.append({"object": "embedding", "index": i, "embedding": encoded})
+            tokens += len(item.split()) if isinstance(item, str) else len(item)
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+        answer = {"object": "list", "data": data, "model": body["model"], "usage": usage}
+        return Response(orjson.dumps(answer), media_type="application/json")
+
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/v1/embeddings", embeddings, methods=["POST"]),
+        ]
+    )
 
 
 @contextmanager
