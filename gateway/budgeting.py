@@ -141,8 +141,8 @@ async def admit(state: GatewayState, routed: RoutedRequest) -> tuple[TierDecisio
     settle with; raises the refusal otherwise (``RateLimited``, ``InsufficientQuota``)."""
     config, principal = routed.config, routed.principal
     generation = routed.generation
-    prompt_upper = prompt_upper_tokens(config, generation)
-    cap = completion_cap(config, generation, routed.tier)
+    rate_tokens = prompt_upper_tokens(config, generation, routed.tier)
+    rate_tokens += completion_cap(config, generation, routed.tier)
     policy = principal.policy
     tiers = (
         downgrade_tiers(config, policy, routed.tier)
@@ -150,7 +150,7 @@ async def admit(state: GatewayState, routed: RoutedRequest) -> tuple[TierDecisio
         else [routed.tier]
     )
     worst = worst_cases(config, tiers, generation, routed.decision.pinned_model)
-    ticket = await admit_worst(state, routed, worst, prompt_upper, prompt_upper + cap)
+    ticket = await admit_worst(state, routed, worst, rate_tokens)
     decision = routed.decision
     if ticket.downgraded:
         decision = decision.moved(
@@ -163,7 +163,6 @@ async def admit_worst(
     state: GatewayState,
     call: Admitted,
     worst: Sequence[WorstCase],
-    prompt_upper: int,
     rate_tokens: int,
 ) -> Ticket:
     """Rate limits (``rate_tokens`` against tokens-per-minute), then one reservation for
@@ -184,6 +183,8 @@ async def admit_worst(
             f"${held.needed_usd:.6f}).",
             headers=headers,
         )
+    # Without reported usage the prompt is charged as the held tier's worst case.
+    prompt_upper = held.worst.prompt_tokens
     return Ticket(held, worst[0].tier, prompt_upper, rate_tokens, tuple(headers.items()))
 
 

@@ -137,7 +137,7 @@ class EmbeddingRun:
         usd = model_cost(call.config, call.model, Usage(tokens, 0))
         worst = [WorstCase(EMBEDDINGS, usd, tokens, 0)]
         try:
-            self.ticket = await budgeting.admit_worst(self.state, call, worst, tokens, tokens)
+            self.ticket = await budgeting.admit_worst(self.state, call, worst, tokens)
         except RateLimited as exc:
             self.end(Usage(0, 0), exc.code or "rate_limited", denied="rate_limit")
             raise

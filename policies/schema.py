@@ -13,6 +13,7 @@ from pydantic import (
 from policies.embedding_spec import EmbeddingSpec, embedding_problems
 from policies.engine_spec import EngineSpec, TierSpec
 from policies.frozen import Frozen
+from policies.part_tokens import PartTokens
 
 DEFAULT_TIERS = ("small", "medium", "large")
 
@@ -250,6 +251,9 @@ class BudgetsConfig(Frozen):
     journal_dir: str | None = None
     journal_replay_s: float = Field(1.0, gt=0)
     max_output_tokens: dict[str, int] = Field(default_factory=dict)
+    # What an image, audio or file part may cost on a model (policies/part_tokens.py); a
+    # priced model without a rule for a modality refuses such parts (400 unsupported_content).
+    part_tokens: dict[str, PartTokens] = Field(default_factory=dict)
 
 
 class LedgerConfig(Frozen):
@@ -330,6 +334,9 @@ class GatewayConfig(Frozen):
         for spec in self.engines.values():
             if spec.model not in self.prices:
                 problems.append(f"model {spec.model!r} has no entry in prices")
+        served = {spec.model for spec in self.engines.values()}
+        for model in sorted(set(self.budgets.part_tokens) - served):
+            problems.append(f"budgets.part_tokens names {model!r}, which no engine serves")
         local = self.routing.classifier is not None
         problems.extend(embedding_problems(self.embeddings, self.engines, self.tiers, local))
         problems.extend(
