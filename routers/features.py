@@ -37,14 +37,7 @@ FEATURES: tuple[str, ...] = (
     "q_generate",
     "q_solve",
     "avg_word_len",
-    "code_task",
-    "code_log_chars",
-    "choices",
-    "choice_log_chars",
 )
-# Length inside a domain: within a kind of task a longer request is a harder one, by a
-# slope of its own (docs/classifier.md; ``TrainOptions.stack_features``).
-DOMAIN_LENGTHS: tuple[str, ...] = ("code_log_chars", "choice_log_chars")
 
 _CODE = re.compile(
     r"\b(def|class|import|return|function|const|let|var|public|static|void|#include|SELECT|lambda)\b"
@@ -66,12 +59,6 @@ _FACTOID = re.compile(r"^\s*(what|who|when|where|which|name|how many|how much)\b
 _REASONING = re.compile(r"\b(why|explain|compare|analy[sz]e|evaluate|justify|reason)\b", re.I)
 _GENERATE = re.compile(r"\b(write|create|generate|implement|design|draft|compose|build)\b", re.I)
 _SOLVE = re.compile(r"\b(solve|prove|derive|calculate|compute|find|determine|show that)\b", re.I)
-_CODE_ASK = re.compile(
-    r"\b(function|program|script|method|class|algorithm|regex|query|python|java(script)?|sql|"
-    r"c\+\+|rust|golang|bash)\b",
-    re.IGNORECASE,
-)
-_CHOICE_INLINE = re.compile(r"(?:^|\s)\(?[A-Ea-e]\)\s*\S")
 _WORD = re.compile(r"\S+")
 _QUESTION = re.compile(r"\?")
 
@@ -99,11 +86,8 @@ def text_features(messages: Sequence[Mapping[str, Any]], last_user: str) -> npt.
     everything = "\n".join(texts)
     words = _WORD.findall(last_user)
     chars = max(len(everything), 1)
-    log_chars = math.log1p(len(everything))
-    code = _code_task(everything, last_user)
-    choices = max(len(_CHOICE.findall(last_user)), len(_CHOICE_INLINE.findall(last_user)))
     values = (
-        log_chars,
+        math.log1p(len(everything)),
         math.log1p(len(words)),
         math.log1p(sum(1 for m in messages if m.get("role") == "user")),
         float(any(m.get("role") == "system" for m in messages)),
@@ -123,19 +107,8 @@ def text_features(messages: Sequence[Mapping[str, Any]], last_user: str) -> npt.
         float(bool(_GENERATE.search(last_user))),
         float(bool(_SOLVE.search(last_user))),
         (sum(len(w) for w in words) / len(words)) if words else 0.0,
-        code,
-        code * log_chars,
-        math.log1p(choices),
-        float(choices >= 2) * log_chars,
     )
     return np.asarray(values, dtype=np.float32)
-
-
-def _code_task(everything: str, last_user: str) -> float:
-    """1.0 for a programming request: code in it, or a request to write one."""
-    if "```" in everything or len(_CODE.findall(everything)) >= 3:
-        return 1.0
-    return float(bool(_GENERATE.search(last_user) and _CODE_ASK.search(last_user)))
 
 
 def prompt_messages(prompt: str) -> list[Mapping[str, Any]]:
