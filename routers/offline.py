@@ -195,6 +195,8 @@ class ThreeTierRow:
     at_thresholds: TierMix  # the classifier's score with the configured thresholds
     always: tuple[TierMix, ...]  # everything to one tier, cheapest first
     ci: tuple[float, float]  # paired bootstrap 95 % interval of the accuracy vs length
+    at_shares: TierMix | None = None  # thresholds at the quantiles ``target_share`` asks for
+    shares: tuple[float, ...] = ()
 
 
 def three_tier_set(splits: Splits) -> list[Example]:
@@ -209,6 +211,7 @@ def evaluate_three_tier(
     thresholds: tuple[float, float],
     seed: int = 0,
     bootstrap: bool = True,
+    shares: Sequence[float] = (),
 ) -> ThreeTierRow:
     correct = np.array([e.tiers for e in examples], dtype=np.float64)
     cost = np.array([e.costs for e in examples], dtype=np.float64)
@@ -226,7 +229,19 @@ def evaluate_three_tier(
         three_tier_difference_ci(s, lengths, correct, cost, THREE_TIER_BUDGET, seed=seed)
         if bootstrap
         else _NO_CI,
+        _at_shares(s, shares, correct, cost) if len(shares) == 3 else None,
+        tuple(shares),
     )
+
+
+def _at_shares(
+    scores: npt.NDArray[np.float64], shares: Sequence[float], correct: Any, cost: Any
+) -> TierMix:
+    """The split a ``target_share`` policy settles on: thresholds at the score quantiles."""
+    low = np.quantile(scores, shares[0])
+    high = np.quantile(scores, shares[0] + shares[1])
+    tiers = np.where(scores < low, 0, np.where(scores >= high, 2, 1)).astype(np.intp)
+    return tier_mix(tiers, correct, cost)
 
 
 def _mix(m: TierMix) -> str:
@@ -247,12 +262,21 @@ def format_three_tier(row: ThreeTierRow, thresholds: tuple[float, float]) -> str
             f"  tiergate - length          {row.classifier.accuracy - row.length.accuracy:+.3f} "
             f"(paired bootstrap 95% CI [{row.ci[0]:+.3f}, {row.ci[1]:+.3f}])",
             f"  tiergate at {thresholds[0]:g} / {thresholds[1]:g}        {_mix(row.at_thresholds)}",
+            *(
+                [f"  tiergate at target_share {_shares(row.shares)}  {_mix(row.at_shares)}"]
+                if row.at_shares is not None
+                else []
+            ),
             *(f"  always {t:<19} {_mix(m)}" for t, m in zip(TIER_NAMES, row.always, strict=True)),
         ]
     )
 
 
 TIER_NAMES = ("small", "medium", "large")
+
+
+def _shares(shares: Sequence[float]) -> str:
+    return "/".join(f"{x:g}" for x in shares)
 
 
 def format_calibration(title: str, cal: Calibration) -> str:

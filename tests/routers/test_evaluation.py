@@ -142,3 +142,27 @@ def test_calibration_of_a_calibrated_and_an_overconfident_score() -> None:
     bad = calibration(overconfident, outcome)
     assert bad.ece > 0.2
     assert [b[2] for b in bad.bins] == [int((p <= 0.5).sum()), int((p > 0.5).sum())]
+
+
+def test_three_tier_row_at_target_shares_splits_by_score_quantiles() -> None:
+    from routers.datasets import Example
+    from routers.features import prompt_messages
+    from routers.offline import evaluate_three_tier
+
+    d, correct, cost = three_tiers(200)
+    rows = [
+        Example(tuple(prompt_messages("x" * (i + 1))), 0.0, 1.0, "b", "s", tiers=c, costs=k)
+        for i, (c, k) in enumerate(zip(map(tuple, correct), map(tuple, cost), strict=True))
+    ]
+    row = evaluate_three_tier(
+        "t", rows, list(d), (0.3, 0.7), bootstrap=False, shares=(0.5, 0.3, 0.2)
+    )
+    assert row.at_shares is not None and row.at_shares.shares == (0.5, 0.3, 0.2)
+    # d is the difficulty: the easiest half small, the hardest fifth large; read backwards
+    # the same shares put the hardest requests on the small tier
+    backwards = evaluate_three_tier(
+        "t", rows, list(-d), (0.3, 0.7), bootstrap=False, shares=(0.5, 0.3, 0.2)
+    )
+    assert backwards.at_shares is not None
+    assert row.at_shares.accuracy > 0.95 > 0.6 > backwards.at_shares.accuracy
+    assert evaluate_three_tier("t", rows, list(d), (0.3, 0.7), bootstrap=False).at_shares is None
