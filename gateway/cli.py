@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from gateway.part_pricing import unpriced_notes
 from gateway.settings import get_settings, load_effective_config
 from policies.loader import ConfigError, load_config
 
@@ -64,6 +65,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
             f"{path}: ok ({len(config.engines)} engines, tiers {tiers}, "
             f"{len(config.tenants)} tenants)"
         )
+        for note in unpriced_notes(config):
+            print(f"{path}: note: {note}")
     return 1 if failed else 0
 
 
@@ -78,6 +81,7 @@ BENCHMARKS = {
     "keys": "keys_overhead.py",  # API-managed keys vs YAML keys, passthrough CPU per request
     "observability": "observability_overhead.py",
     "embedded": "embedded.py",
+    "embeddings": "embeddings.py",  # /v1/embeddings through the gateway vs the embedder
     "vllm": "vllm_inprocess.py",
 }
 

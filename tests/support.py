@@ -104,8 +104,10 @@ def running_gateway(
     config_source: Callable[[], GatewayConfig] | None = None,
     *,
     tracer_provider: Any = None,
+    start_timeout_s: float = 120.0,
 ) -> Iterator[RunningGateway]:
-    """A real uvicorn server in a background thread, on its own event loop."""
+    """A real uvicorn server in a background thread, on its own event loop (started once
+    its engines are: ``start_timeout_s`` bounds that)."""
     os.environ.setdefault("TIERGATE_TEST_KEY", TEST_KEY)
     os.environ.setdefault("TIERGATE_OTHER_KEY", OTHER_KEY)
     if isinstance(config, dict):
@@ -126,7 +128,7 @@ def running_gateway(
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + start_timeout_s
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
             raise RuntimeError("gateway did not start")
