@@ -73,6 +73,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 BENCHMARKS = {
     "overhead": "overhead.py",  # tiergate vs LiteLLM proxy, passthrough and full pipeline
     "classify": "classify_latency.py",
+    "embed-cpu": "embed_cpu.py",  # CPU ms per embedding: gateway side and embedder worker
+    "pipeline-cpu": "pipeline_cpu.py",  # CPU ms per `auto` request, every process
     "cache": "cache_latency.py",
     "cache-pairs": "cache_pairs.py",
     "budgets": "budget_overhead.py",

@@ -155,8 +155,9 @@ class ClassifierConfig(Frozen):
     quantize: bool = True  # int8 weights (ONNX only)
     max_tokens: int = Field(128, ge=8, le=512)  # of the last user message
     max_batch: int = Field(32, ge=1, le=1024)
-    max_wait_ms: float = Field(2.0, ge=0, le=1000)
-    threads: int | None = Field(None, ge=1, le=256)
+    # 0: a batch is what queued while the previous one ran (no wait at low load)
+    max_wait_ms: float = Field(0.0, ge=0, le=1000)
+    threads: int | None = Field(None, ge=1, le=256)  # ONNX intra-op threads (None: 1)
     # Embedder processes (0: a thread in the gateway process, sharing the event loop's core
     # and its GIL); a dead or stuck one is restarted and its requests use the default tier.
     workers: int = Field(1, ge=0, le=16)
