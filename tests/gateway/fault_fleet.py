@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import time
@@ -38,6 +39,10 @@ from tests.support import PYTHON, REPO, fake_config, free_port, subprocess_env, 
 TENANTS = ("capped", "roomy", "open")
 KEYS = {name: f"tg-{name}-fault-key-0123456789" for name in TENANTS}
 HI = [{"role": "user", "content": "hi"}]
+# policies/settle_journal.py's log line for a settle the store refused
+DEFERRED = re.compile(
+    r"journal: (?:settle|charge) of (?P<id>\S+) \((?P<usd>[0-9.]+) USD\) deferred"
+)
 
 
 def fleet_config(
@@ -57,6 +62,9 @@ def fleet_config(
         raw["prices"]["up-small"] = {"input": 0.1, "output": 0.2}
     # medium: a fast, long answer, for the readers that stop reading
     raw["engines"]["fake-medium"]["options"] = {"tokens": 60_000, "max_running": 2000}
+    # Output tokens only: a request's worst case is what it costs (8 tokens of max_tokens 8),
+    # so the capped budget buys an exact number of answers and any overrun shows.
+    raw["prices"]["fake-small"] = {"input": 0.0, "output": 0.2}
     raw["admin"] = {"key_from_env": "TIERGATE_ADMIN_KEY"}
     raw["redis_timeout_s"] = 1.0  # under the faults' 2-3 s, above a loaded machine's stalls
     raw["server"] = {"write_timeout_s": 1.0}
@@ -71,6 +79,11 @@ def fleet_config(
     }
     raw["tenants"]["capped"]["budget"] = {"limit_usd": capped_usd}
     raw["tenants"]["roomy"]["budget"] = {"limit_usd": 1.0}
+    # never reached, but read and written on every request (fails closed like the budget)
+    raw["tenants"]["roomy"]["rate_limit"] = {
+        "requests_per_minute": 100_000,
+        "tokens_per_minute": 10_000_000,
+    }
     raw["tenants"]["open"]["budget_fail_open"] = True
     return raw
 
@@ -153,6 +166,15 @@ class Fleet:
             replica.stop()
         self.redis.stop()
 
+    def journaled(self) -> dict[str, float]:
+        """Every settle or charge a replica deferred to its journal (request id -> USD),
+        as the replicas logged them."""
+        found: dict[str, float] = {}
+        for replica in self.replicas:
+            for match in DEFERRED.finditer(replica.log.read_text(errors="replace")):
+                found[match["id"]] = float(match["usd"])
+        return found
+
     def journal_waiting(self) -> int:
         """Journal files on disk: a replica deletes its own once nothing in it waits."""
         return sum(1 for _ in self.journal.rglob("settle-*.jsonl"))
@@ -229,10 +251,20 @@ async def _stream_kind(reply: httpx.Response, streams: Streams) -> tuple[str, st
     return "bad", error, "stream ended without [DONE]"
 
 
+def request_body(tenant: str, n: int, stream: bool, max_tokens: int) -> dict[str, Any]:
+    """``capped`` asks "hi" at the default temperature (never cached); the others ask one
+    of four prompts at temperature 0, so the exact cache serves repeats (and is read and
+    written through every fault)."""
+    body: dict[str, Any] = {"model": "small", "messages": HI, "max_tokens": max_tokens}
+    if tenant != "capped":
+        body.update(messages=[{"role": "user", "content": f"hi {n % 4}"}], temperature=0)
+    return {**body, "stream": stream}
+
+
 async def one_request(
-    http: httpx.AsyncClient, url: str, tenant: str, stream: bool, max_tokens: int, streams: Streams
+    http: httpx.AsyncClient, url: str, tenant: str, body: dict[str, Any], streams: Streams
 ) -> tuple[str, int, str | None, str | None, str]:
-    body = {"model": "small", "messages": HI, "max_tokens": max_tokens, "stream": stream}
+    stream = bool(body["stream"])
     headers = {"authorization": f"Bearer {KEYS[tenant]}"}
     try:
         async with http.stream("POST", url + "/v1/chat/completions", json=body,
@@ -275,8 +307,8 @@ async def drive(
     async def worker(i: int, http: httpx.AsyncClient) -> None:
         replica, tenant, n = i % len(urls), TENANTS[i % len(TENANTS)], 0
         while not done.is_set():
-            stream = (i + n) % 2 == 0
-            result = await one_request(http, urls[replica], tenant, stream, max_tokens, streams)
+            body = request_body(tenant, n, (i + n) % 2 == 0, max_tokens)
+            result = await one_request(http, urls[replica], tenant, body, streams)
             kind, status, code, rid, detail = result
             answers.append(Answer(replica, tenant, kind, status, code, rid, time.time(), detail))
             n += 1
