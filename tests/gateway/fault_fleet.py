@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -217,27 +218,35 @@ def openai_error(body: Any) -> str | None:
 
 
 class Streams:
-    """Streams answered 200 and not yet ended: a fault can wait for some to be in flight."""
+    """Engine streams (not cache replays) answered 200 and not yet ended, per replica: a
+    fault can wait for some to be in flight where it strikes."""
 
     def __init__(self) -> None:
-        self.live = 0
+        self.live: Counter[int] = Counter()
         self._changed = asyncio.Condition()
 
-    async def moved(self, step: int) -> None:
+    async def moved(self, replica: int, step: int) -> None:
         async with self._changed:
-            self.live += step
+            self.live[replica] += step
             self._changed.notify_all()
 
-    async def wait(self, count: int, timeout_s: float = 10.0) -> None:
+    async def wait(self, count: int, replica: int | None = None, timeout_s: float = 10.0) -> None:
+        def enough() -> bool:
+            live = self.live.total() if replica is None else self.live[replica]
+            return live >= count
+
         async with self._changed:
-            await asyncio.wait_for(self._changed.wait_for(lambda: self.live >= count), timeout_s)
+            await asyncio.wait_for(self._changed.wait_for(enough), timeout_s)
 
 
-async def _stream_kind(reply: httpx.Response, streams: Streams) -> tuple[str, str | None, str]:
+async def _stream_kind(
+    reply: httpx.Response, streams: Streams, replica: int
+) -> tuple[str, str | None, str]:
     if not reply.headers.get("content-type", "").startswith("text/event-stream"):
         return "bad", None, f"200 stream as {reply.headers.get('content-type')}"
     error: str | None = None
-    await streams.moved(1)
+    step = 0 if reply.headers.get("x-tiergate-cache") == "exact" else 1
+    await streams.moved(replica, step)
     try:
         async for line in reply.aiter_lines():
             if line == "data: [DONE]":
@@ -247,7 +256,7 @@ async def _stream_kind(reply: httpx.Response, streams: Streams) -> tuple[str, st
                 if error is None:
                     return "bad", None, line[:200]
     finally:
-        await streams.moved(-1)
+        await streams.moved(replica, -step)
     return "bad", error, "stream ended without [DONE]"
 
 
@@ -262,7 +271,7 @@ def request_body(tenant: str, n: int, stream: bool, max_tokens: int) -> dict[str
 
 
 async def one_request(
-    http: httpx.AsyncClient, url: str, tenant: str, body: dict[str, Any], streams: Streams
+    http: httpx.AsyncClient, url: str, tenant: str, body: dict[str, Any], live: tuple[Streams, int]
 ) -> tuple[str, int, str | None, str | None, str]:
     stream = bool(body["stream"])
     headers = {"authorization": f"Bearer {KEYS[tenant]}"}
@@ -271,7 +280,7 @@ async def one_request(
                                headers=headers) as reply:  # fmt: skip
             rid = reply.headers.get("x-request-id")
             if reply.status_code == 200 and stream:
-                kind, code, detail = await _stream_kind(reply, streams)
+                kind, code, detail = await _stream_kind(reply, *live)
                 return kind, 200, code, rid, detail
             raw = await reply.aread()
     except httpx.TimeoutException as exc:
@@ -308,7 +317,7 @@ async def drive(
         replica, tenant, n = i % len(urls), TENANTS[i % len(TENANTS)], 0
         while not done.is_set():
             body = request_body(tenant, n, (i + n) % 2 == 0, max_tokens)
-            result = await one_request(http, urls[replica], tenant, body, streams)
+            result = await one_request(http, urls[replica], tenant, body, (streams, replica))
             kind, status, code, rid, detail = result
             answers.append(Answer(replica, tenant, kind, status, code, rid, time.time(), detail))
             n += 1
