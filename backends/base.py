@@ -194,3 +194,11 @@ class Engine(Protocol):
     async def start(self) -> None: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class EmbeddingEngine(Protocol):
+    """An engine that forwards ``/v1/embeddings`` (``openai``, ``litellm``): the body in
+    OpenAI's shape, the answer in OpenAI's shape (``data``, ``usage``)."""
+
+    async def embed(self, body: dict[str, Any]) -> dict[str, Any]: ...

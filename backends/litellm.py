@@ -124,6 +124,27 @@ class LiteLLMEngine:
             params["messages"] = [dict(m) for m in request.messages or ()]
         return params
 
+    async def embed(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``litellm.aembedding`` with OpenAI's fields; the answer in OpenAI's shape."""
+        litellm = self._litellm
+        if litellm is None:
+            raise EngineUnavailable(f"{self.name} is not started")
+        params: dict[str, Any] = {
+            "timeout": self.timeout_s,
+            "num_retries": self.max_retries,
+            **self.extra,
+            **body,
+            "model": self.litellm_model,
+        }
+        endpoint = {"api_base": self.api_base, "api_key": self.api_key}
+        params.update({k: v for k, v in endpoint.items() if v is not None})
+        try:
+            response = await litellm.aembedding(**params)
+        except self._errors as exc:
+            raise map_error(litellm, exc) from exc
+        answer: dict[str, Any] = response.model_dump(warnings=False)
+        return answer
+
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
         litellm = self._litellm
         if litellm is None:

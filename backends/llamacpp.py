@@ -33,7 +33,8 @@ from backends.errors import (
     UpstreamRejected,
 )
 from backends.llamacpp_decode import Job, decode
-from backends.llamacpp_tools import build_grammar, render_messages, tool_plan
+from backends.llamacpp_tools import build_grammar, render_messages
+from backends.tool_calls import tool_plan
 
 _DONE = object()
 # Everything but `passthrough` (fields only a remote server can honour).

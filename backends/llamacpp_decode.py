@@ -16,7 +16,8 @@ from typing import Any
 
 from backends.base import Chunk, EngineCounters, GenerationRequest, TokenLogprob, Usage
 from backends.errors import UpstreamRejected
-from backends.llamacpp_tools import ToolCallReader, ToolPlan
+from backends.llamacpp_tools import ToolCallReader
+from backends.tool_calls import ToolPlan
 
 DEFAULT_TEMPERATURE = 0.8
 

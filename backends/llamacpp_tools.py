@@ -12,37 +12,17 @@ streams.
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from backends.messages import content_text
+from backends.tool_calls import ToolPlan, new_call_id, response_schema
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _HEADER = re.compile(r'<tool_call>\{"name": "((?:[^"\\]|\\.)*)", "arguments": ')
 _TAIL = "}" + CLOSE
 _HOLD = len(_TAIL) + 2  # the schema rules end with at most one optional space
-
-
-@dataclass(frozen=True, slots=True)
-class ToolPlan:
-    """What a request asks of the decoder: the tools the model may call, and how."""
-
-    mode: str  # "none" (free text), "auto" (text or a call), "forced" (a call)
-    functions: tuple[Mapping[str, Any], ...] = ()
-
-
-def tool_plan(tools: Sequence[Mapping[str, Any]] | None, tool_choice: Any) -> ToolPlan:
-    """OpenAI's ``tool_choice`` semantics (validated at the wire: names exist)."""
-    functions = tuple(t["function"] for t in tools or () if t.get("type") == "function")
-    if not functions or tool_choice == "none":
-        return ToolPlan("none")
-    if isinstance(tool_choice, Mapping):
-        name = tool_choice["function"]["name"]
-        return ToolPlan("forced", tuple(f for f in functions if f["name"] == name))
-    return ToolPlan("forced" if tool_choice == "required" else "auto", functions)
 
 
 def _literal(text: str) -> str:
@@ -54,7 +34,7 @@ def build_grammar(plan: ToolPlan, response_format: Mapping[str, Any] | None) -> 
     from llama_cpp import llama_grammar
 
     untyped: Any = llama_grammar  # the converter is untyped upstream
-    schema = _response_schema(response_format)
+    schema = response_schema(response_format)
     if plan.mode == "none" and schema is None:
         return None
     converter = untyped.SchemaConverter(
@@ -103,17 +83,6 @@ def _scoped(schema: Mapping[str, Any], prefix: str) -> dict[str, Any]:
 
     scoped: dict[str, Any] = walk(schema)
     return scoped
-
-
-def _response_schema(response_format: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    if response_format is None:
-        return None
-    kind = response_format.get("type")
-    if kind == "json_object":
-        return {"type": "object"}
-    if kind == "json_schema":
-        return dict(response_format["json_schema"].get("schema") or {"type": "object"})
-    return None
 
 
 def tools_system_prompt(functions: Sequence[Mapping[str, Any]]) -> str:
@@ -166,10 +135,6 @@ def _call_text(call: Mapping[str, Any]) -> str:
     return (
         f'{OPEN}{{"name": {json.dumps(function.get("name", ""))}, "arguments": {arguments}}}{CLOSE}'
     )
-
-
-def new_call_id() -> str:
-    return "call_" + os.urandom(12).hex()
 
 
 class ToolCallReader:

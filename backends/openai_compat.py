@@ -121,7 +121,8 @@ class OpenAICompatEngine:
         self.api_base = api_base.rstrip("/")
         # Parsed once: aiohttp would parse a string URL on every request.
         self._urls = {
-            path: URL(self.api_base + path) for path in ("/chat/completions", "/completions")
+            path: URL(self.api_base + path)
+            for path in ("/chat/completions", "/completions", "/embeddings")
         }
         self.upstream_model = upstream_model or model
         self.api_key = api_key or (os.environ.get(api_key_env) if api_key_env else None)
@@ -233,6 +234,28 @@ class OpenAICompatEngine:
                 self.counters.finished += 1
             else:
                 self.counters.aborted += 1
+
+    async def embed(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST <api_base>/embeddings`` with ``body`` under this engine's upstream model;
+        the server's answer as it sent it (``data``, ``usage``)."""
+        session = self._session
+        if session is None:
+            raise EngineUnavailable(f"{self.name} is not started")
+        payload = orjson.dumps({**body, "model": self.upstream_model})
+        response = await self._open(session, self._urls["/embeddings"], payload)
+        try:
+            raw = await response.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise self._broken(exc) from exc
+        finally:
+            response.release()
+        try:
+            data: dict[str, Any] = orjson.loads(raw)
+            if not isinstance(data["data"], list):
+                raise TypeError("data is not a list")
+        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+            raise UpstreamFailed(f"the upstream sent an unreadable answer: {exc!r}") from exc
+        return data
 
     async def _open(
         self, session: aiohttp.ClientSession, url: URL, body: bytes

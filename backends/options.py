@@ -107,3 +107,7 @@ class SglangOptions(EngineOptions):
     start_timeout_s: float = Field(900.0, gt=0)
     stop_timeout_s: float = Field(30.0, gt=0)
     load_interval_s: float = Field(0.5, gt=0)
+    # SGLang's FunctionCallParser name for the model's call format (hermes, qwen25,
+    # llama3, mistral…); an unknown one fails at engine start. Without it, tools are a 400.
+    tool_call_parser: str | None = None
+    function_call_module: str = "sglang.srt.function_call.function_call_parser"

@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from backends import sglang_chat
 from backends.base import (
     Chunk,
     EngineCounters,
@@ -60,13 +61,25 @@ class SglangEngine:
         stop_timeout_s: float = 30.0,
         load_interval_s: float = 0.5,
         default_max_tokens: int = 256,
+        tool_call_parser: str | None = None,
+        function_call_module: str = "sglang.srt.function_call.function_call_parser",
     ) -> None:
         self.name = name
         self.model = model
         self.counters = EngineCounters()
-        self.capabilities: frozenset[str] = frozenset()
+        # ``tool_call_parser``: SGLang's name for this model's call format (hermes, qwen25…).
+        self.tool_call_parser = tool_call_parser
+        self.function_call_module = function_call_module
+        self.capabilities = sglang_chat.BASE_CAPABILITIES | (
+            sglang_chat.TOOL_CAPABILITIES if tool_call_parser else frozenset()
+        )
         self.stats = EngineStats()
-        self.server_args = {"model_path": model_path or model, **(server_args or {})}
+        self.server_args = {
+            "model_path": model_path or model,
+            # Compact JSON under constraints: free whitespace lets a model pad forever.
+            "constrained_json_disable_any_whitespace": True,
+            **(server_args or {}),
+        }
         self.engine_factory = engine_factory
         self.env = dict(env or {})
         if device_ids is not None:
@@ -88,6 +101,8 @@ class SglangEngine:
             "server_args": self.server_args,
             "engine_factory": self.engine_factory,
             "load_interval_s": self.load_interval_s,
+            "tool_call_parser": self.tool_call_parser,
+            "function_call_module": self.function_call_module,
         }
         self.process = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -180,20 +195,35 @@ class SglangEngine:
             params["sampling_seed"] = s.seed
         if s.stop:
             params["stop"] = list(s.stop)
+        if s.frequency_penalty is not None:
+            params["frequency_penalty"] = s.frequency_penalty
+        if s.presence_penalty is not None:
+            params["presence_penalty"] = s.presence_penalty
         return params
+
+    def _message(self, rid: str, request: GenerationRequest) -> tuple[dict[str, Any], Any]:
+        """The worker's ``generate`` message, and how to read calls from what comes back."""
+        message: dict[str, Any] = {"op": "generate", "id": rid, "sampling": self._sampling(request)}
+        if request.prompt is not None:
+            message["prompt"] = request.prompt
+            return message, sglang_chat.CallStream("text")
+        try:
+            chat = sglang_chat.prepare(request)
+        except ValueError as exc:
+            raise UpstreamRejected(str(exc), status=400) from exc
+        message["sampling"].update(chat.sampling)
+        message.update(messages=chat.messages, tools=chat.tools)
+        message["parse_calls"] = chat.reading == "parser"
+        return message, sglang_chat.CallStream(chat.reading, parallel=chat.parallel)
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
         if not self._alive:
             raise EngineUnavailable(f"{self.name} is not running")
         field = unsupported_field(request, self.capabilities)
-        if field is not None:  # its function-call parser: not wired up yet
-            raise UpstreamRejected(f"the sglang backend cannot honour {field}", status=400)
+        if field is not None:  # tools without a tool_call_parser in the engine's options
+            raise UpstreamRejected(f"the sglang engine {self.name} cannot honour {field}")
         rid = f"{request.request_id}-{self.name}-{next(_ids)}"
-        message: dict[str, Any] = {"op": "generate", "id": rid, "sampling": self._sampling(request)}
-        if request.prompt is not None:
-            message["prompt"] = request.prompt
-        else:
-            message["messages"] = [dict(m) for m in request.messages or ()]
+        message, calls = self._message(rid, request)
         queue: asyncio.Queue[object] = asyncio.Queue()
         self._queues[rid] = queue
         self.counters.started += 1
@@ -214,13 +244,10 @@ class SglangEngine:
                     if kind == "rejected":
                         raise UpstreamRejected(text, status=400)
                     raise _ERRORS.get(kind, UpstreamFailed)(text)
-                if event["text"]:
-                    self.counters.generated_tokens += 1
-                    yield Chunk(text=event["text"])
+                for chunk in self._chunks(event, calls):
+                    yield chunk
                 if event["finish"] is not None:
                     finished = True
-                    usage = Usage(**event["usage"])
-                    yield Chunk(finish_reason=event["finish"], usage=usage)
                     return
         finally:
             del self._queues[rid]
@@ -231,3 +258,25 @@ class SglangEngine:
                 if self._alive:
                     with contextlib.suppress(OSError, RuntimeError):
                         self._send({"op": "abort", "id": rid})
+
+    def _chunks(self, event: Mapping[str, Any], calls: sglang_chat.CallStream) -> list[Chunk]:
+        """One worker event as chunks: content and call fragments, then the last chunk."""
+        chunks: list[Chunk] = []
+        if event["text"] or event.get("calls"):
+            self.counters.generated_tokens += 1
+            try:
+                text, deltas = calls.feed(event["text"], event.get("calls") or ())
+            except ValueError as exc:  # constrained output that is not a call array
+                raise UpstreamFailed(f"{self.name}: {exc}") from exc
+            if text or deltas:
+                chunks.append(Chunk(text=text, tool_call_deltas=tuple(deltas) or None))
+        if event["finish"] is not None:
+            owed, whole = calls.finish(event.get("final_calls"))
+            if owed:
+                chunks.append(Chunk(tool_call_deltas=tuple(owed)))
+            reason = event["finish"]
+            if whole and reason == "stop":
+                reason = "tool_calls"
+            usage = Usage(**event["usage"])
+            chunks.append(Chunk(finish_reason=reason, usage=usage, tool_calls=whole))
+        return chunks

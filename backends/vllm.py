@@ -32,6 +32,7 @@ from backends.base import (
 )
 from backends.errors import EngineOverloaded, EngineUnavailable, UpstreamFailed, UpstreamRejected
 from backends.stats import EngineStats
+from backends.tool_calls import ToolCallAssembly
 
 _SPAWN_LOCK = threading.Lock()
 _ids = itertools.count()
@@ -294,7 +295,7 @@ class VllmEngine:
         request_id = f"{request.request_id}-{self.name}-{next(_ids)}"
         self.counters.started += 1
         top = request.top_logprobs or 0
-        calls = vllm_chat.ToolCallAssembly()
+        calls = ToolCallAssembly()
         completion_tokens = 0
         finished = False
         try:

@@ -11,7 +11,6 @@ becomes vLLM structured outputs through the request's own ``to_sampling_params``
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from backends.base import GenerationRequest, TokenLogprob
@@ -101,28 +100,6 @@ def token_logprobs(
         )
         out.append(TokenLogprob(token, float(chosen.logprob), token.encode(), alternatives))
     return tuple(out)
-
-
-@dataclass
-class ToolCallAssembly:
-    """OpenAI ``delta.tool_calls`` fragments in, whole calls out (for the last chunk)."""
-
-    calls: dict[int, dict[str, Any]] = field(default_factory=dict)
-
-    def add(self, deltas: Sequence[Mapping[str, Any]]) -> None:
-        for delta in deltas:
-            call = self.calls.setdefault(
-                int(delta["index"]),
-                {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
-            )
-            if delta.get("id"):
-                call["id"] = delta["id"]
-            function = delta.get("function") or {}
-            call["function"]["name"] += function.get("name") or ""
-            call["function"]["arguments"] += function.get("arguments") or ""
-
-    def whole(self) -> tuple[dict[str, Any], ...] | None:
-        return tuple(self.calls[i] for i in sorted(self.calls)) or None
 
 
 def delta_parts(message: Any) -> tuple[str, tuple[dict[str, Any], ...]]:

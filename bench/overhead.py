@@ -11,6 +11,11 @@ pinned to the other core. Closed-loop phases run in rounds that interleave the
 targets, so background noise hits all of them alike; the table gives the median over
 rounds and the range. Then an open-loop request-rate ramp finds the sustained
 requests/s (< 1% errors, >= 97% of the offered rate served, p99 under 500 ms).
+
+The full pipeline's table also gives the CPU milliseconds per request of every process
+a request passes through (gateway, its embedder workers, load generator, upstream, and
+the pipeline's Redis: a private redis-server unless ``--redis-url`` names one), and the
+ceiling they set on this host: 1000 x cores / (their sum) requests/s.
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,6 +116,7 @@ class Bench:
             argv = ["taskset", "-c", str(self.args.client_core), *argv]
         cpu_before = target.cpu_seconds() if target.name != "upstream" else 0.0
         embed_before = target.cpu_seconds(EMBED_WORKER) if target.name != "upstream" else 0.0
+        others_before = self.other_cpu_seconds(target)
         core_before = targets.core_busy_seconds(self.args.gateway_core)
         wall_before = time.monotonic()
         done = subprocess.run(
@@ -118,6 +126,7 @@ class Bench:
             raise RuntimeError(f"load generator failed: {done.stderr[-2000:]}")
         result: dict[str, Any] = json.loads(done.stdout)
         if target.name != "upstream":
+            self.add_other_cpu(result, target, others_before)
             # Every request the gateway answered in the window, warmup included.
             cpu = target.cpu_seconds() - cpu_before
             result["cpu_ms_per_req"] = cpu * 1000 / max(result["completed_total"], 1)
@@ -128,7 +137,37 @@ class Bench:
             busy = targets.core_busy_seconds(self.args.gateway_core) - core_before
             wall = time.monotonic() - wall_before
             result["foreign_core_share"] = min(max(busy - cpu, 0.0) / wall, 1.0)
+            # Every process a request passes through; the host's cores cap req/s at this.
+            result["all_cpu_ms_per_req"] = result["cpu_ms_per_req"] + sum(
+                result[f"{name}_cpu_ms_per_req"] for name in ("load", "upstream", "redis")
+            )
+            cores = len(os.sched_getaffinity(0))
+            result["ceiling_rps"] = 1000 * cores / max(result["all_cpu_ms_per_req"], 1e-6)
         return result
+
+    def other_cpu_seconds(self, target: Process) -> dict[str, float]:
+        """CPU seconds so far of what serves a request besides the gateway: the load
+        generator (a reaped child: ``RUSAGE_CHILDREN``), the upstream, and Redis (for the
+        full pipeline; a shared server counts everyone's work, a private one only ours)."""
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        upstream = self.processes.get("direct")
+        return {
+            "load": children.ru_utime + children.ru_stime,
+            "upstream": upstream.cpu_seconds() if upstream is not None else 0.0,
+            "redis": (
+                targets.redis_cpu_seconds(self.args.redis_url)
+                if target.name == "tiergate-pipeline"
+                else 0.0
+            ),
+        }
+
+    def add_other_cpu(
+        self, result: dict[str, Any], target: Process, before: dict[str, float]
+    ) -> None:
+        after = self.other_cpu_seconds(target)
+        n = max(result["completed_total"], 1)
+        for name, value in after.items():
+            result[f"{name}_cpu_ms_per_req"] = (value - before[name]) * 1000 / n
 
     def settle(self, processes: dict[str, Process], limit_s: float = 60.0) -> None:
         """Wait until every gateway is idle again: a gateway still working off abandoned
@@ -247,7 +286,9 @@ def main(argv: list[str] | None = None) -> int:
         help="pin the pipeline's embedder workers to this core (default: the gateway's)",
     )
     parser.add_argument(
-        "--redis-url", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+        "--redis-url",
+        default=os.environ.get("BENCH_REDIS_URL", "private"),
+        help="the pipeline's Redis; 'private' (default): a redis-server of this run's own",
     )
     parser.add_argument("--logs", type=Path, default=Path("/tmp/tiergate-bench"))
     parser.add_argument("--json", type=Path, default=None, help="write all results here")
@@ -260,7 +301,11 @@ def main(argv: list[str] | None = None) -> int:
     bench = Bench(args)
     started = time.monotonic()
     processes: dict[str, Process] = {}
+    private_redis = None
+    folder = tempfile.TemporaryDirectory()
     try:
+        if args.redis_url == "private" and not args.no_pipeline:
+            private_redis, args.redis_url = targets.start_private_redis(Path(folder.name))
         upstream = targets.start_upstream(args.client_core, args.logs)
         processes["direct"] = upstream
         processes["tiergate"] = targets.start_tiergate(
@@ -312,9 +357,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for process in processes.values():
             process.stop()
-        if "tiergate-pipeline" in processes:
+        if private_redis is not None:
+            private_redis.terminate()
+            private_redis.wait(10)
+        elif "tiergate-pipeline" in processes:
             dropped = targets.drop_pipeline_keys(args.redis_url)
             print(f"removed {dropped} Redis keys under {targets.pipeline_prefix()}*", flush=True)
+        folder.cleanup()
     elapsed = time.monotonic() - started
     table = report.render(bench.results, ramps, memory, args, elapsed, pipeline_note)
     print(table)

@@ -207,6 +207,12 @@ def pipeline_table(runs: Runs, note: str | None) -> str:
     line("req/s, 0ms c16", "pipe 0ms c16", "throughput", digits=0)
     line("gateway CPU ms / request, 0ms c16", "pipe 0ms c16", "cpu_ms_per_req")
     line("embedder workers' share of that CPU, 0ms c16", "pipe 0ms c16", "embedder_cpu_share")
+    line("load generator CPU ms / request, 0ms c16", "pipe 0ms c16", "load_cpu_ms_per_req")
+    line("upstream CPU ms / request, 0ms c16", "pipe 0ms c16", "upstream_cpu_ms_per_req")
+    line("Redis CPU ms / request, 0ms c16", "pipe 0ms c16", "redis_cpu_ms_per_req")
+    line("all processes' CPU ms / request, 0ms c16", "pipe 0ms c16", "all_cpu_ms_per_req")
+    cores = len(os.sched_getaffinity(0))
+    line(f"ceiling req/s on {cores} cores, 0ms c16", "pipe 0ms c16", "ceiling_rps", digits=0)
     for q in ("p50", "p99"):
         line(f"stream first byte {q} ms, 0 ms stream c16", "pipe stream c16", f"ttfb_{q}_ms")
     header = ["full pipeline vs passthrough", "passthrough", *(

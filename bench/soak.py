@@ -10,6 +10,12 @@ rate limit, and the exact cache (every prompt is new, so every request stores an
 entry). Redis mode runs a private ``redis-server`` on a free loopback port, so its
 ``used_memory`` is this run's alone.
 
+``--semantic`` also stores every answer in the semantic cache (the sentence embedder runs
+in the gateway; on Redis 7 each replica keeps the stream index in memory), with entries
+living ``--cache-ttl-s``; ``--idle-every N --idle-s S`` stops the load for S seconds every
+N requests, so the tenant's whole cache lapses in Redis without any eviction event (what
+the stream index must notice on its own).
+
 Every ``--sample-every`` requests it records the gateway's RSS (whole process tree),
 Redis ``used_memory`` and key count, and the requests/s of the interval. The summary's
 growth per request is the least-squares slope of RSS (and Redis memory) against
@@ -102,7 +108,12 @@ class PrivateRedis:
         self.popen.wait(10)
 
 
-def gateway_config(upstream: str, redis_url: str | None) -> dict[str, Any]:
+def gateway_config(
+    upstream: str, redis_url: str | None, args: argparse.Namespace
+) -> dict[str, Any]:
+    cache: dict[str, Any] = {"max_temperature": 2.0, "semantic": args.semantic}
+    if args.semantic:
+        cache["ttl_s"] = args.cache_ttl_s
     overlay: dict[str, Any] = {
         # Small enough that the stream reaches its cap during warm-up: what is left to
         # see after it is growth that has no bound.
@@ -121,10 +132,12 @@ def gateway_config(upstream: str, redis_url: str | None) -> dict[str, Any]:
                 ],
                 "budget": {"limit_usd": 1e6, "window": "daily"},
                 "rate_limit": {"requests_per_minute": 10_000_000},
-                "cache": {"max_temperature": 2.0, "semantic": False},
+                "cache": cache,
             }
         },
     }
+    if args.semantic:
+        overlay["cache"] = {"semantic": True, "index": "stream" if redis_url else "auto"}
     config = targets.tiergate_config(upstream, overlay)
     if redis_url is not None:
         config["redis_url"] = redis_url
@@ -155,9 +168,24 @@ async def drive(
             flush=True,
         )
 
+    running = asyncio.Event()
+    running.set()
+
+    async def pacer() -> None:
+        """Every ``idle_every`` requests, no load for ``idle_s``."""
+        mark = args.idle_every
+        while args.idle_every and not done.is_set():
+            await asyncio.sleep(0.01)
+            if runner.completed >= mark:
+                running.clear()
+                await asyncio.sleep(args.idle_s)
+                running.set()
+                mark += args.idle_every
+
     async def worker() -> None:
         exchange = await runner.connect()
         while runner.completed < args.requests:
+            await running.wait()
             if not await runner.one(exchange, time.perf_counter(), record=True):
                 if exchange.transport is not None:
                     exchange.transport.close()
@@ -175,9 +203,11 @@ async def drive(
 
     sample()
     watcher = asyncio.ensure_future(sampler())
+    paced = asyncio.ensure_future(pacer())
     await asyncio.gather(*(worker() for _ in range(args.concurrency)))
     done.set()
     await watcher
+    await paced
     if samples[-1].requests < runner.completed:
         sample()
     return samples
@@ -230,7 +260,7 @@ def run_mode(mode: str, upstream: Process, args: argparse.Namespace) -> dict[str
     redis = PrivateRedis(logs) if mode == "redis" else None
     gateway: Process | None = None
     try:
-        config = gateway_config(upstream.base_url, redis.url if redis else None)
+        config = gateway_config(upstream.base_url, redis.url if redis else None, args)
         gateway = targets.start_tiergate(f"tiergate-{mode}", config, None, logs)
         host, port = gateway.base_url.removeprefix("http://").split(":")
         spec = {
@@ -271,6 +301,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--sample-every", type=int, default=10_000)
     parser.add_argument("--warmup", type=int, default=40_000)
+    parser.add_argument("--semantic", action="store_true", help="semantic cache on")
+    parser.add_argument("--cache-ttl-s", type=float, default=3600.0)
+    parser.add_argument("--idle-every", type=int, default=0, help="0: never idle")
+    parser.add_argument("--idle-s", type=float, default=0.0)
     args = parser.parse_args(argv)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     upstream = targets.start_upstream(None, ARTIFACTS)

@@ -247,6 +247,39 @@ def drop_pipeline_keys(redis_url: str) -> int:
         client.close()
 
 
+def start_private_redis(folder: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """A redis-server of this run's own (no persistence), so its CPU is this run's alone."""
+    import redis
+
+    port = free_port()
+    argv = ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"]
+    popen = subprocess.Popen(argv, cwd=folder, stdout=subprocess.DEVNULL)
+    client = redis.Redis(port=port)
+    try:
+        for _ in range(200):
+            try:
+                client.ping()
+                return popen, f"redis://127.0.0.1:{port}/0"
+            except redis.ConnectionError:
+                time.sleep(0.05)
+    finally:
+        client.close()
+    popen.kill()
+    raise RuntimeError("the private redis-server did not start")
+
+
+def redis_cpu_seconds(redis_url: str) -> float:
+    """The server's own CPU counters (``INFO cpu``): on a shared server, everyone's."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        info = client.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    finally:
+        client.close()
+
+
 def _merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in overlay.items():

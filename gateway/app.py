@@ -40,6 +40,7 @@ from gateway.routes import (
     admin_tenants,
     chat,
     completions,
+    embeddings,
     explain,
     health,
     load,
@@ -66,6 +67,7 @@ from policies.stores import (
 )
 from policies.tenants import KeyRing
 from routers.setup import RoutingModels
+from routers.wordpiece import ServedEmbedder
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +124,7 @@ async def build_state(
         cache=cache,
         embedder=embedder or shared,  # one embedder: the cache and the classifier share it
         classifier=routing.classifier if routing is not None else None,
+        served_embedder=await _served_embedder(config, routing, notes),
         notes=notes,
         shares=TargetShares(open_share_store(store)),
         admin_guesses=GuessThrottle(
@@ -200,6 +203,29 @@ async def _load_classifier(config: GatewayConfig, notes: list[str]) -> RoutingMo
     return built
 
 
+async def _served_embedder(
+    config: GatewayConfig, routing: RoutingModels | None, notes: list[str]
+) -> ServedEmbedder | None:
+    """The classifier's embedder for ``/v1/embeddings``, when a model there is local."""
+    spec = config.routing.classifier
+    if spec is None or not any(e.engine is None for e in config.embeddings.values()):
+        return None
+    if routing is None:
+        note = "the in-process embedding model is off: the classifier's embedder failed"
+        log.error("%s", note)
+        notes.append(note)
+        return None
+    from routers.embedding import EmbedderUnavailable
+    from routers.wordpiece import serve_embedder
+
+    try:
+        return await asyncio.to_thread(serve_embedder, routing.embedder, spec.max_tokens)
+    except EmbedderUnavailable as exc:
+        log.error("the in-process embedding model is off: %s", exc)
+        notes.append(f"the in-process embedding model is off: {exc}")
+        return None
+
+
 async def close_state(state: GatewayState) -> None:
     if state.background:
         await asyncio.wait(set(state.background), timeout=10)
@@ -265,6 +291,7 @@ def create_app(
     for router in (
         chat.router,
         completions.router,
+        embeddings.router,
         models.router,
         explain.router,
         load.router,

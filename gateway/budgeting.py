@@ -12,9 +12,8 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from backends.base import GenerationRequest
 from gateway.errors import InsufficientQuota, RateLimited, ServiceUnavailable
 from gateway.outcome import Outcome
 from gateway.spend import (
@@ -68,22 +67,30 @@ class Ticket:
         return self.held.worst.completion_tokens
 
 
+class Admitted(Protocol):
+    """What settlement needs of a request: a ``RoutedRequest``, or an embeddings call."""
+
+    @property
+    def config(self) -> GatewayConfig: ...
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def principal(self) -> Principal: ...
+
+
 async def reserve_best_tier(
     config: GatewayConfig,
     state: GatewayState,
     principal: Principal,
     request_id: str,
-    tiers: Sequence[str],
-    generation: GenerationRequest,
-    pinned_model: str | None = None,
+    worst: Sequence[WorstCase],
 ) -> TierReservation | Denied:
     """The budget side of budget-aware routing: one atomic reservation, on every scope of
-    this tenant and key, for the first (most capable) of ``tiers`` whose worst case fits.
+    this tenant and key, for the first (most capable) candidate whose worst case fits.
 
-    ``tiers`` is most capable first; ``pinned_model`` narrows the first one to a model.
-    Raises ``ServiceUnavailable`` (503 budget_unavailable) when the store is down and the
-    tenant does not fail open."""
-    worst = worst_cases(config, tiers, generation, pinned_model)
+    ``worst`` is most capable first. Raises ``ServiceUnavailable`` (503
+    budget_unavailable) when the store is down and the tenant does not fail open."""
+    tiers = [w.tier for w in worst]
     scopes = budget_scopes(config, principal)
     try:
         result = await state.budgets.reserve(request_id, scopes, [w.usd for w in worst])
@@ -134,22 +141,39 @@ async def admit(state: GatewayState, routed: RoutedRequest) -> tuple[TierDecisio
     settle with; raises the refusal otherwise (``RateLimited``, ``InsufficientQuota``)."""
     config, principal = routed.config, routed.principal
     generation = routed.generation
-    prompt_upper = prompt_upper_tokens(config, generation)
-    cap = completion_cap(config, generation, routed.tier)
-    rate_tokens = prompt_upper + cap
-    headers = await _check_rate(state, principal, routed.request_id, rate_tokens)
+    rate_tokens = prompt_upper_tokens(config, generation, routed.tier)
+    rate_tokens += completion_cap(config, generation, routed.tier)
     policy = principal.policy
     tiers = (
         downgrade_tiers(config, policy, routed.tier)
         if policy.on_budget_exceeded == "downgrade"
         else [routed.tier]
     )
-    held = await reserve_best_tier(
-        config, state, principal, routed.request_id, tiers, generation, routed.decision.pinned_model
-    )
+    worst = worst_cases(config, tiers, generation, routed.decision.pinned_model)
+    ticket = await admit_worst(state, routed, worst, rate_tokens)
+    decision = routed.decision
+    if ticket.downgraded:
+        decision = decision.moved(
+            ticket.held.tier, f"budget: downgraded {routed.tier} -> {ticket.held.tier}"
+        )
+    return decision, ticket
+
+
+async def admit_worst(
+    state: GatewayState,
+    call: Admitted,
+    worst: Sequence[WorstCase],
+    rate_tokens: int,
+) -> Ticket:
+    """Rate limits (``rate_tokens`` against tokens-per-minute), then one reservation for
+    the first of ``worst`` that fits; the first one is what was asked for. Raises the
+    refusal (``RateLimited``, ``InsufficientQuota``, ``ServiceUnavailable``)."""
+    config, principal, request_id = call.config, call.principal, call.request_id
+    headers = await _check_rate(state, principal, request_id, rate_tokens)
+    held = await reserve_best_tier(config, state, principal, request_id, worst)
     if isinstance(held, Denied):
         if headers:  # admitted by the rate limit: a refused request used no tokens
-            await correct_tokens(state, routed, rate_tokens, 0)
+            await correct_tokens(state, call, rate_tokens, 0)
         if held.scope == GLOBAL_SCOPE:  # the other tenants' spend is not this caller's business
             detail = "the gateway's overall budget is spent"
         else:
@@ -159,14 +183,12 @@ async def admit(state: GatewayState, routed: RoutedRequest) -> tuple[TierDecisio
             f"${held.needed_usd:.6f}).",
             headers=headers,
         )
-    ticket = Ticket(held, routed.tier, prompt_upper, rate_tokens, tuple(headers.items()))
-    decision = routed.decision
-    if ticket.downgraded:
-        decision = decision.moved(held.tier, f"budget: downgraded {routed.tier} -> {held.tier}")
-    return decision, ticket
+    # Without reported usage the prompt is charged as the held tier's worst case.
+    prompt_upper = held.worst.prompt_tokens
+    return Ticket(held, worst[0].tier, prompt_upper, rate_tokens, tuple(headers.items()))
 
 
-def spend_event(routed: RoutedRequest, outcome: Outcome, downgraded: bool) -> SpendEvent:
+def spend_event(routed: Admitted, outcome: Outcome, downgraded: bool) -> SpendEvent:
     usage = outcome.usage
     return SpendEvent(
         ts=now(),
@@ -189,9 +211,7 @@ def spend_event(routed: RoutedRequest, outcome: Outcome, downgraded: bool) -> Sp
     )
 
 
-async def settle(
-    state: GatewayState, routed: RoutedRequest, ticket: Ticket, outcome: Outcome
-) -> None:
+async def settle(state: GatewayState, routed: Admitted, ticket: Ticket, outcome: Outcome) -> None:
     """Charge the outcome's cost against the reservation and append its ledger event."""
     event = spend_event(routed, outcome, ticket.downgraded)
     reservation = ticket.held.reservation
@@ -206,7 +226,7 @@ async def settle(
 
 
 async def correct_tokens(
-    state: GatewayState, routed: RoutedRequest, estimated: int, actual: int
+    state: GatewayState, routed: Admitted, estimated: int, actual: int
 ) -> None:
     """Count the request's real tokens against tokens-per-minute instead of its estimate."""
     scopes = [s for s in rate_scopes(routed.principal) if s.spec.tokens_per_minute is not None]
@@ -218,7 +238,7 @@ async def correct_tokens(
         log.warning("could not correct the token count of %s: %s", routed.request_id, exc)
 
 
-async def record_denied(state: GatewayState, routed: RoutedRequest, outcome: Outcome) -> None:
+async def record_denied(state: GatewayState, routed: Admitted, outcome: Outcome) -> None:
     """A refused request's ledger event (``kind="denied"``, the reason as its status)."""
     event = SpendEvent(
         ts=now(),
@@ -226,7 +246,7 @@ async def record_denied(state: GatewayState, routed: RoutedRequest, outcome: Out
         tenant=routed.principal.tenant,
         key_id=routed.principal.key_id,
         tier=outcome.tier,
-        model=routed.generation.model,
+        model=outcome.model,
         kind="denied",
         status=outcome.denied or "refused",
     )

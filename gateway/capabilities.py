@@ -1,7 +1,7 @@
 """What each tier can honour, checked before dispatch: a request field an engine cannot
-honour is a 400 naming it, a content part of a modality the tier lacks is a 400
-``unsupported_content``; ``auto`` first moves such a request to a permitted tier that can
-serve it.
+honour is a 400 naming it, a content part of a modality the tier lacks (or cannot price:
+``gateway.part_pricing``) is a 400 ``unsupported_content``; ``auto`` first moves such a
+request to a permitted tier that can serve it.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from backends.base import FEATURES, GenerationRequest, requested_features
 from backends.messages import content_modalities
 from gateway.errors import InvalidRequest
+from gateway.part_pricing import priceable
 from gateway.state import GatewayState
 from policies.tenants import Principal
 from routers.decision import TierDecision, permitted_tiers
@@ -20,23 +21,29 @@ from routers.decision import TierDecision, permitted_tiers
 class TierSupport:
     features: frozenset[str]
     modalities: frozenset[str]
+    priced: frozenset[str]  # the non-text modalities a reservation can price
 
 
 def tier_support(state: GatewayState, tier: str) -> TierSupport:
     """What every engine of the tier honours (any replica may serve the request)."""
     features: frozenset[str] | None = None
     modalities: frozenset[str] | None = None
+    priced: frozenset[str] | None = None
     for name in state.config.tiers[tier].engines:
         spec = state.config.engines[name]
         found = frozenset(spec.modalities) | {"text"}
         modalities = found if modalities is None else modalities & found
+        rules = priceable(state.config, spec.model)
+        priced = rules if priced is None else priced & rules
         for replica in state.replicas.get(name, ()):
             declared = replica.engine.capabilities
             features = declared if features is None else features & declared
     # No replica yet (endpoints still being discovered): nothing to refuse on; the pool
     # answers for availability.
     return TierSupport(
-        FEATURES if features is None else features, modalities or frozenset({"text"})
+        FEATURES if features is None else features,
+        modalities or frozenset({"text"}),
+        priced or frozenset(),
     )
 
 
@@ -46,6 +53,13 @@ def shortfall(support: TierSupport, request: GenerationRequest) -> InvalidReques
         if modality not in support.modalities:
             return InvalidRequest(
                 f"this model does not accept {modality} content ({param})",
+                param=param,
+                code="unsupported_content",
+            )
+        if modality not in support.priced:
+            return InvalidRequest(
+                f"{modality} content ({param}) cannot be priced on this model: its budget "
+                f"reservation needs a rule in budgets.part_tokens for {modality}",
                 param=param,
                 code="unsupported_content",
             )

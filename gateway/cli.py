@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from gateway.part_pricing import unpriced_notes
 from gateway.settings import get_settings, load_effective_config
 from policies.loader import ConfigError, load_config
 
@@ -64,18 +65,23 @@ def cmd_check_config(args: argparse.Namespace) -> int:
             f"{path}: ok ({len(config.engines)} engines, tiers {tiers}, "
             f"{len(config.tenants)} tenants)"
         )
+        for note in unpriced_notes(config):
+            print(f"{path}: note: {note}")
     return 1 if failed else 0
 
 
 BENCHMARKS = {  # name -> module under bench/ (run as ``python -m bench.<module>``)
     "overhead": "overhead",  # tiergate vs LiteLLM proxy, passthrough and full pipeline
     "classify": "classify_latency",
+    "embed-cpu": "embed_cpu",  # CPU ms per embedding: gateway side and embedder worker
+    "pipeline-cpu": "pipeline_cpu",  # CPU ms per `auto` request, every process
     "cache": "cache_latency",
     "cache-pairs": "cache_pairs",
     "budgets": "budget_overhead",
     "keys": "keys_overhead",  # API-managed keys vs YAML keys, passthrough CPU per request
     "observability": "observability_overhead",
     "embedded": "embedded",
+    "embeddings": "embeddings",  # /v1/embeddings through the gateway vs the embedder
     "vllm": "vllm_inprocess",
 }
 

@@ -186,8 +186,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     scores = {name: score(list(examples)) for name, examples in sets.items()}
     print(format_table(evaluate(sets, scores, seed=args.seed)))
     if three:
+        target = config.routing.target_share or {}
+        shares = [target[t] for t in config.tiers] if len(target) == 3 else []
         row = evaluate_three_tier(
-            "RouterBench mbpp + winogrande", three, score(three), thresholds, args.seed
+            "RouterBench mbpp + winogrande",
+            three,
+            score(three),
+            thresholds,
+            args.seed,
+            shares=shares,
         )
         print()
         print(format_three_tier(row, thresholds))

@@ -49,6 +49,7 @@ class RequestRecord:
     saved_cache_usd: float = 0.0
     latency_s: float = 0.0
     ttft_s: float | None = None
+    endpoint: str = "chat"  # chat | text_completion | embeddings
 
 
 def prefix_hit_rate(extra: Mapping[str, float]) -> float | None:
@@ -89,7 +90,9 @@ class GatewayMetrics:
         t = ("tenant",) if self.tenant_label else ()
         counter, histogram = self._counter, self._histogram
         self.requests = counter(
-            "tiergate_requests", "Finished requests.", (*t, "tier", "model", "status", "cache")
+            "tiergate_requests",
+            "Finished requests.",
+            (*t, "endpoint", "tier", "model", "status", "cache"),
         )
         self.ttft = histogram(
             "tiergate_time_to_first_token_seconds", "Time to first token.", ("tier",), TTFT_BUCKETS
@@ -167,7 +170,8 @@ class GatewayMetrics:
 
     def request_ended(self, record: RequestRecord) -> None:
         t, tier, child = self._tenant(record.tenant), record.tier, self._child
-        child(self.requests, *t, tier, record.model, record.status, record.cache).inc()
+        labels = (record.endpoint, tier, record.model, record.status, record.cache)
+        child(self.requests, *t, *labels).inc()
         child(self.latency, tier, record.status).observe(record.latency_s)
         if record.ttft_s is not None:
             child(self.ttft, tier).observe(record.ttft_s)
@@ -186,7 +190,7 @@ class GatewayMetrics:
             child(self.saved, *t, "routing").inc(record.saved_routing_usd)
         if record.saved_cache_usd > 0:
             child(self.saved, *t, "cache").inc(record.saved_cache_usd)
-        if record.status == "ok":
+        if record.status == "ok" and record.endpoint != "embeddings":  # no pool to scale
             signal = record.ttft_s if self._latency_signal == "ttft" else record.latency_s
             if signal is not None:
                 self.autoscaler.observe(record.tier, signal, time.monotonic())

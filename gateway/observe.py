@@ -27,9 +27,7 @@ def operation(routed: RoutedRequest) -> str:
 def request_attributes(routed: RoutedRequest) -> dict[str, AttributeValue]:
     sampling = routed.generation.sampling
     attributes: dict[str, AttributeValue] = {
-        "gen_ai.operation.name": "chat"
-        if routed.generation.messages is not None
-        else "text_completion",
+        "gen_ai.operation.name": operation(routed),
         "gen_ai.request.model": routed.requested_model,
         "gen_ai.response.id": routed.request_id,
         "tiergate.tenant": routed.principal.tenant,
@@ -57,11 +55,12 @@ def begin(trace: RequestTrace, routed: RoutedRequest) -> None:
     trace.set(attributes)
 
 
-def record(metrics: GatewayMetrics, tenant: str, outcome: Outcome) -> None:
+def record(metrics: GatewayMetrics, tenant: str, outcome: Outcome, endpoint: str = "chat") -> None:
     """The metrics of one finished request: its series, a denial, the classifier's time."""
     usage = outcome.usage
     metrics.request_ended(
         RequestRecord(
+            endpoint=endpoint,
             tenant=tenant,
             tier=outcome.tier,
             model=outcome.model,
@@ -91,7 +90,7 @@ def finish(
     outcome: Outcome,
 ) -> None:
     """Record the finished request (metrics) and close its generation span."""
-    record(metrics, routed.principal.tenant, outcome)
+    record(metrics, routed.principal.tenant, outcome, operation(routed))
     usage, status = outcome.usage, outcome.status
     if not trace.recording:
         return
@@ -120,4 +119,26 @@ def finish(
         generation.set_status(Status(StatusCode.ERROR, outcome.error))
         generation.set_attribute("error.type", status)
     generation.end()
+    trace.set(attributes)
+
+
+def embedded(
+    metrics: GatewayMetrics, trace: RequestTrace, tenant: str, request_id: str, outcome: Outcome
+) -> None:
+    """An embeddings request has ended: its metrics (endpoint ``embeddings``), its trace."""
+    record(metrics, tenant, outcome, "embeddings")
+    if not trace.recording:
+        return
+    trace.rename(f"embeddings {outcome.model}")
+    attributes: dict[str, AttributeValue] = {
+        "gen_ai.operation.name": "embeddings",
+        "gen_ai.request.model": outcome.model,
+        "gen_ai.response.id": request_id,
+        "gen_ai.usage.input_tokens": outcome.usage.prompt_tokens,
+        "tiergate.tenant": tenant,
+        "tiergate.cost_usd": outcome.cost_usd,
+        "tiergate.status": outcome.status,
+    }
+    if outcome.denied is not None:
+        attributes["tiergate.denied"] = outcome.denied
     trace.set(attributes)

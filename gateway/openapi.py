@@ -20,11 +20,13 @@ from gateway.deps import SECURITY
 from gateway.wire.admin import BudgetUpdate, KeyCreate, KeyUpdate, TenantCreate, TenantUpdate
 from gateway.wire.chat import ChatCompletionRequest
 from gateway.wire.completions import CompletionRequest
+from gateway.wire.embeddings import EmbeddingRequest
 from gateway.wire.errors import ErrorResponse
 
 BODY_MODELS: tuple[type[BaseModel], ...] = (
     ChatCompletionRequest,
     CompletionRequest,
+    EmbeddingRequest,
     BudgetUpdate,
     KeyCreate,
     KeyUpdate,

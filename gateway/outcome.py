@@ -138,3 +138,41 @@ def conclude(
         classify_s=classify_s,
         dispatched=progress.dispatched,
     )
+
+
+EMBEDDINGS = "embeddings"  # the tier label of ``/v1/embeddings`` requests (no tier routes them)
+
+
+def embedding_outcome(
+    config: GatewayConfig,
+    model: str,
+    usage: Usage,
+    *,
+    error: str | None,
+    denied: str | None,
+    latency_s: float,
+) -> Outcome:
+    """An embeddings request's ``Outcome``: input tokens only, no cache, no routing."""
+    return Outcome(
+        tier=EMBEDDINGS,
+        model=model,
+        status=status_of(error),
+        error=error,
+        denied=denied,
+        cache="bypass",
+        similarity=None,
+        usage=usage,
+        usage_reported=error is None,
+        finish_reason=None,
+        cost_usd=model_cost(config, model, usage),
+        saved_routing_usd=0.0,
+        saved_cache_usd=0.0,
+        trail=(),
+        failover_from=None,
+        downgraded_from=None,
+        latency_s=latency_s,
+        ttft_s=None,
+        first_token_s=None,
+        classify_s=None,
+        dispatched=usage.prompt_tokens > 0,
+    )

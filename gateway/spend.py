@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import orjson
 
 from backends.base import GenerationRequest, Usage
+from gateway.part_pricing import non_text_bytes, parts_upper_tokens
 from policies.schema import GatewayConfig, TenantSpec
 from routers.decision import permitted_tiers
 
@@ -28,11 +29,13 @@ TOOL_PROMPT_BYTES = 512
 
 
 def prompt_bytes(generation: GenerationRequest) -> int:
-    """Everything the model may read, as bytes: JSON of the messages and tools over-counts
-    the text a little (keys, quotes), which keeps the estimate on the safe side."""
+    """Everything the model may read as text, as bytes: JSON of the messages and tools
+    over-counts the text a little (keys, quotes), which keeps the estimate on the safe
+    side. Image, audio and file parts are left out: their rules count them."""
     size = len(generation.prompt.encode()) if generation.prompt is not None else 0
     if generation.messages is not None:
         size += len(orjson.dumps(list(generation.messages)))
+        size -= non_text_bytes(generation.messages)
     if generation.tools:
         # plus the instructions an engine may wrap them in (llama.cpp's are under 300 bytes)
         size += len(orjson.dumps(list(generation.tools))) + TOOL_PROMPT_BYTES
@@ -41,13 +44,22 @@ def prompt_bytes(generation: GenerationRequest) -> int:
     return size
 
 
-def prompt_upper_tokens(config: GatewayConfig, generation: GenerationRequest) -> int:
+def prompt_upper_tokens(
+    config: GatewayConfig, generation: GenerationRequest, tier: str | None = None
+) -> int:
+    """The most prompt tokens the request may be billed on ``tier`` (or on any model):
+    its text by bytes, its other parts by the dearest rule of the models it may land on."""
     budgets = config.budgets
-    messages = len(generation.messages or ())
+    messages = generation.messages or ()
+    parts = 0
+    if messages:
+        models = config.models() if tier is None else tier_models(config, tier)
+        parts = parts_upper_tokens(config, models, messages)
     return (
         math.ceil(prompt_bytes(generation) / budgets.prompt_bytes_per_token)
         + budgets.prompt_overhead_tokens
-        + budgets.message_overhead_tokens * messages
+        + budgets.message_overhead_tokens * len(messages)
+        + parts
     )
 
 
@@ -146,12 +158,11 @@ def worst_cases(
     generation: GenerationRequest,
     pinned: str | None,
 ) -> list[WorstCase]:
-    prompt = prompt_upper_tokens(config, generation)
     return [
         worst_case(
             config,
             tier,
-            prompt,
+            prompt_upper_tokens(config, generation, tier),
             completion_cap(config, generation, tier),
             pinned if i == 0 else None,
         )

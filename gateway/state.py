@@ -25,6 +25,7 @@ from policies.store import Store
 from policies.tenants import KeyRing
 from routers.classifier import Classifier
 from routers.embedding import Embedder
+from routers.wordpiece import ServedEmbedder
 
 
 @dataclass(slots=True)
@@ -44,6 +45,7 @@ class GatewayState:
     journal: SettleJournal  # settles the store refuses wait here (and on disk) until it is back
     cache: PromptCache | None = None
     embedder: Embedder | None = None  # shared by the classifier and the semantic cache
+    served_embedder: ServedEmbedder | None = None  # the classifier's, for /v1/embeddings
     ready: bool = False
     # Settlements run as their own tasks so a cancelled request still settles; the
     # lifespan waits for them before closing the store.

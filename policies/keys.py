@@ -100,7 +100,7 @@ def tier_problems(config: GatewayConfig, spec: TenantSpec, scope: KeyScope | Non
     if scope is not None:
         named += list(scope.allowed_tiers or ())
     problems = [f"unknown tier {t!r}" for t in named if t is not None and t not in config.tiers]
-    models = set(config.models())
+    models = {*config.models(), *config.embeddings}
     for model in scope.allowed_models or () if scope is not None else ():
         if model not in models:
             problems.append(f"unknown model {model!r}")

@@ -10,8 +10,10 @@ from pydantic import (
     model_validator,
 )
 
+from policies.embedding_spec import EmbeddingSpec, embedding_problems
 from policies.engine_spec import EngineSpec, TierSpec
 from policies.frozen import Frozen
+from policies.part_tokens import PartTokens
 
 DEFAULT_TIERS = ("small", "medium", "large")
 
@@ -153,8 +155,9 @@ class ClassifierConfig(Frozen):
     quantize: bool = True  # int8 weights (ONNX only)
     max_tokens: int = Field(128, ge=8, le=512)  # of the last user message
     max_batch: int = Field(32, ge=1, le=1024)
-    max_wait_ms: float = Field(2.0, ge=0, le=1000)
-    threads: int | None = Field(None, ge=1, le=256)
+    # 0: a batch is what queued while the previous one ran (no wait at low load)
+    max_wait_ms: float = Field(0.0, ge=0, le=1000)
+    threads: int | None = Field(None, ge=1, le=256)  # ONNX intra-op threads (None: 1)
     # Embedder processes (0: a thread in the gateway process, sharing the event loop's core
     # and its GIL); a dead or stuck one is restarted and its requests use the default tier.
     workers: int = Field(1, ge=0, le=16)
@@ -249,6 +252,9 @@ class BudgetsConfig(Frozen):
     journal_dir: str | None = None
     journal_replay_s: float = Field(1.0, gt=0)
     max_output_tokens: dict[str, int] = Field(default_factory=dict)
+    # What an image, audio or file part may cost on a model (policies/part_tokens.py); a
+    # priced model without a rule for a modality refuses such parts (400 unsupported_content).
+    part_tokens: dict[str, PartTokens] = Field(default_factory=dict)
 
 
 class LedgerConfig(Frozen):
@@ -295,6 +301,7 @@ class GatewayConfig(Frozen):
     admin: AdminConfig = AdminConfig()
     metrics: MetricsConfig = MetricsConfig()
     cache: CacheConfig = CacheConfig()
+    embeddings: dict[str, EmbeddingSpec] = Field(default_factory=dict)  # POST /v1/embeddings
 
     @model_validator(mode="after")
     def _references(self) -> GatewayConfig:
@@ -328,6 +335,16 @@ class GatewayConfig(Frozen):
         for spec in self.engines.values():
             if spec.model not in self.prices:
                 problems.append(f"model {spec.model!r} has no entry in prices")
+        served = {spec.model for spec in self.engines.values()}
+        for model in sorted(set(self.budgets.part_tokens) - served):
+            problems.append(f"budgets.part_tokens names {model!r}, which no engine serves")
+        local = self.routing.classifier is not None
+        problems.extend(embedding_problems(self.embeddings, self.engines, self.tiers, local))
+        problems.extend(
+            f"embedding model {m!r} has no entry in prices"
+            for m, spec in self.embeddings.items()
+            if spec.engine is None and m not in self.prices
+        )
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -340,7 +357,9 @@ class GatewayConfig(Frozen):
         return None
 
     def models(self) -> list[str]:
-        return sorted({spec.model for spec in self.engines.values()})
+        """The chat and completion models (engines that serve embeddings are not)."""
+        embedding = {s.engine for s in self.embeddings.values() if s.engine is not None}
+        return sorted({spec.model for name, spec in self.engines.items() if name not in embedding})
 
 
 Location = tuple[str | int, ...]

@@ -1,7 +1,9 @@
 """Micro-batching: concurrent callers' texts go to worker threads in batches.
 
 A batch closes when it holds ``max_batch`` texts or ``max_wait_ms`` after its first
-text arrived, whichever is first. The model runs in a worker thread (or, behind it, in
+text arrived, whichever is first. The default wait is 0: a batch is whatever queued
+while the lane's previous batch ran, so a lone request never waits for company and
+batches still grow with the load. The model runs in a worker thread (or, behind it, in
 a worker process: ``routers/embed_worker.py``), never on the event loop; each caller
 awaits its own future, resolved on its own loop. One thread per lane: lanes share the
 queue, so a second lane collects the next batch while the first one's model runs.
@@ -49,11 +51,25 @@ def _resolve(job: _Job, result: npt.NDArray[np.float32] | BaseException) -> None
         job.future.set_result(result)
 
 
-def _send(job: _Job, result: npt.NDArray[np.float32] | BaseException) -> None:
-    try:
-        job.loop.call_soon_threadsafe(_resolve, job, result)
-    except RuntimeError:  # that caller's loop is closed: nobody waits any more
-        return
+Result = npt.NDArray[np.float32] | BaseException
+
+
+def _resolve_all(results: list[tuple[_Job, Result]]) -> None:
+    for job, result in results:
+        _resolve(job, result)
+
+
+def _send(results: list[tuple[_Job, Result]]) -> None:
+    """One wake-up per caller loop and batch (each ``call_soon_threadsafe`` writes to
+    that loop's self-pipe), not one per caller."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Job, Result]]] = {}
+    for job, result in results:
+        by_loop.setdefault(job.loop, []).append((job, result))
+    for loop, batch in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_resolve_all, batch)
+        except RuntimeError:  # that caller's loop is closed: nobody waits any more
+            continue
 
 
 class MicroBatcher:
@@ -63,7 +79,7 @@ class MicroBatcher:
         self,
         embed_batch: EmbedBatch | Sequence[EmbedBatch],
         max_batch: int = 32,
-        max_wait_ms: float = 2.0,
+        max_wait_ms: float = 0.0,
     ) -> None:
         lanes = [embed_batch] if callable(embed_batch) else list(embed_batch)
         if max_batch < 1 or max_wait_ms < 0 or not lanes:
@@ -122,7 +138,7 @@ class MicroBatcher:
             jobs, stop = self._collect(item)
             texts = [t for job in jobs for t in job.texts]
             try:
-                vectors: npt.NDArray[np.float32] | BaseException = embed_batch(texts)
+                vectors: Result = embed_batch(texts)
             except EmbeddingFailed as exc:
                 vectors = exc
             except (RuntimeError, ValueError, MemoryError, OSError) as exc:
@@ -130,12 +146,15 @@ class MicroBatcher:
             with self._count:
                 self.batches += 1
                 self.texts += len(texts)
+            results: list[tuple[_Job, Result]] = []
             start = 0
             for job in jobs:
                 end = start + len(job.texts)
-                result = vectors if isinstance(vectors, BaseException) else vectors[start:end]
+                results.append(
+                    (job, vectors if isinstance(vectors, BaseException) else vectors[start:end])
+                )
                 start = end
-                _send(job, result)
+            _send(results)
         self._drain()
 
     def _drain(self) -> None:
@@ -148,7 +167,7 @@ class MicroBatcher:
             except queue.Empty:
                 break
             if isinstance(item, _Job):
-                _send(item, BatcherClosed("the embedder is closed"))
+                _send([(item, BatcherClosed("the embedder is closed"))])
             else:
                 others += 1
         for _ in range(others):

@@ -49,7 +49,7 @@ class SentenceTransformerEmbedder:
         model_path: str | None = None,
         max_seq_length: int = 256,
         max_batch: int = 32,
-        max_wait_ms: float = 2.0,
+        max_wait_ms: float = 0.0,
     ) -> None:
         from sentence_transformers import SentenceTransformer
 

@@ -49,6 +49,14 @@ def pgr_curve(
     return np.asarray((quality - weak.mean()) / gap, dtype=np.float64)
 
 
+def _area(pgr: FloatArray) -> float:
+    return float(np.sum((pgr[1:] + pgr[:-1]) / 2 * np.diff(QUANTILES)))
+
+
+def apgr(scores: FloatArray, weak: FloatArray, strong: FloatArray, seed: int = 0) -> float:
+    return _area(pgr_curve(scores, weak, strong, QUANTILES, seed))
+
+
 def report(scores: FloatArray, weak: FloatArray, strong: FloatArray, seed: int = 0) -> RouterReport:
     pgr = pgr_curve(scores, weak, strong, QUANTILES, seed)
     fine = pgr_curve(scores, weak, strong, CPT_GRID, seed)
@@ -57,8 +65,36 @@ def report(scores: FloatArray, weak: FloatArray, strong: FloatArray, seed: int =
         reached = np.nonzero(fine >= target - 1e-12)[0]
         return float(CPT_GRID[reached[0]]) if len(reached) else float("nan")
 
-    apgr = float(np.sum((pgr[1:] + pgr[:-1]) / 2 * np.diff(QUANTILES)))
-    return RouterReport(apgr, cpt(0.5), cpt(0.8), tuple(float(p) for p in pgr))
+    return RouterReport(_area(pgr), cpt(0.5), cpt(0.8), tuple(float(p) for p in pgr))
+
+
+def apgr_difference_ci(
+    first: FloatArray,
+    second: FloatArray,
+    weak: FloatArray,
+    strong: FloatArray,
+    draws: int = 400,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """Paired bootstrap interval of APGR(first) - APGR(second) over the same requests.
+
+    Rows are resampled with replacement and both routers scored on each resample, so the
+    interval is the sampling noise of the *difference* on a benchmark of this size."""
+    rng = np.random.default_rng(seed)
+    n = len(weak)
+    diffs = []
+    for _ in range(draws):
+        rows = rng.integers(0, n, n)
+        w, s = weak[rows], strong[rows]
+        if s.mean() - w.mean() <= 0:
+            continue
+        diffs.append(apgr(first[rows], w, s, seed) - apgr(second[rows], w, s, seed))
+    if not diffs:
+        return float("nan"), float("nan")
+    tail = (1.0 - level) / 2 * 100
+    lo, hi = np.percentile(diffs, [tail, 100 - tail])
+    return float(lo), float(hi)
 
 
 def random_report(
@@ -141,6 +177,66 @@ def best_three_tier(
     tiers[order[: best[1]]] = 0
     tiers[order[best[2] :]] = 2
     return tier_mix(tiers, correct, cost)
+
+
+def best_two_head_tier(
+    scores: FloatArray,
+    upper: FloatArray,
+    correct: FloatArray,
+    cost: FloatArray,
+    budget: float = 0.25,
+    seed: int = 0,
+    step: float = 0.01,
+) -> TierMix:
+    """``best_three_tier`` with a second score for the large tier: the highest share of
+    ``upper`` goes large, then of the rest the lowest share of ``scores`` goes small."""
+    n = len(scores)
+    by_upper = _order(upper, seed)  # highest first
+    by_score = _order(scores, seed)[::-1]  # lowest first
+    limit = budget * float(cost[:, 2].sum())
+    grid = np.rint(np.arange(0.0, 1.0 + step / 2, step) * n).astype(int)
+    best: tuple[float, npt.NDArray[np.intp]] | None = None
+    for large in grid:
+        tiers = np.ones(n, dtype=np.intp)
+        tiers[by_upper[:large]] = 2
+        rest = by_score[tiers[by_score] == 1]
+        gain = np.concatenate([[0.0], np.cumsum(correct[rest, 0] - correct[rest, 1])])
+        saved = np.concatenate([[0.0], np.cumsum(cost[rest, 1] - cost[rest, 0])])
+        base = float(correct[np.arange(n), tiers].sum())
+        spent = float(cost[np.arange(n), tiers].sum())
+        for small in grid[grid <= len(rest)]:
+            if spent - saved[small] > limit + 1e-12:
+                continue
+            right = base + gain[small]
+            if best is None or right > best[0] + 1e-12:
+                chosen = tiers.copy()
+                chosen[rest[:small]] = 0
+                best = (float(right), chosen)
+    if best is None:
+        return TierMix(float("nan"), float("nan"), (float("nan"),) * 3)
+    return tier_mix(best[1], correct, cost)
+
+
+def three_tier_difference_ci(
+    first: FloatArray,
+    second: FloatArray,
+    correct: FloatArray,
+    cost: FloatArray,
+    budget: float = 0.25,
+    draws: int = 200,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Paired bootstrap 95 % interval of the best-accuracy difference of two scores."""
+    rng = np.random.default_rng(seed)
+    diffs = []
+    for _ in range(draws):
+        rows = rng.integers(0, len(first), len(first))
+        c, k = correct[rows], cost[rows]
+        a = best_three_tier(first[rows], c, k, budget, seed, step=0.02).accuracy
+        b = best_three_tier(second[rows], c, k, budget, seed, step=0.02).accuracy
+        diffs.append(a - b)
+    lo, hi = np.percentile(diffs, [2.5, 97.5])
+    return float(lo), float(hi)
 
 
 def random_three_tier(

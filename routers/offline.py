@@ -19,11 +19,13 @@ from routers.evaluation import (
     Calibration,
     RouterReport,
     TierMix,
+    apgr_difference_ci,
     best_three_tier,
     calibration,
     random_report,
     random_three_tier,
     report,
+    three_tier_difference_ci,
     tier_mix,
 )
 from routers.features import message_text
@@ -110,6 +112,7 @@ class BenchmarkRow:
     length: RouterReport
     random: RouterReport
     ece: float  # of the score as P(the cheapest tier's model failed)
+    ci: tuple[float, float]  # paired bootstrap 95 % interval of APGR(tiergate) - APGR(length)
 
 
 def evaluation_sets(splits: Splits) -> dict[str, list[Example]]:
@@ -127,23 +130,31 @@ def prompt_length(example: Example) -> float:
     return float(sum(len(message_text(m)) for m in example.messages))
 
 
+_NO_CI = (float("nan"), float("nan"))
+
+
 def evaluate(
-    sets: Mapping[str, Sequence[Example]], scores: Mapping[str, Sequence[float]], seed: int = 0
+    sets: Mapping[str, Sequence[Example]],
+    scores: Mapping[str, Sequence[float]],
+    seed: int = 0,
+    bootstrap: bool = True,
 ) -> list[BenchmarkRow]:
     rows = []
     for name, examples in sets.items():
         weak = np.array([e.weak for e in examples], dtype=np.float64)
         strong = np.array([e.strong for e in examples], dtype=np.float64)
         lengths = np.array([prompt_length(e) for e in examples])
+        ours = np.asarray(scores[name], dtype=np.float64)
         rows.append(
             BenchmarkRow(
                 name,
                 len(examples),
                 float(strong.mean() - weak.mean()),
-                report(np.asarray(scores[name], dtype=np.float64), weak, strong, seed),
+                report(ours, weak, strong, seed),
                 report(lengths, weak, strong, seed),
                 random_report(weak, strong, seed),
-                calibration(np.asarray(scores[name], dtype=np.float64), 1.0 - weak).ece,
+                calibration(ours, 1.0 - weak).ece,
+                apgr_difference_ci(ours, lengths, weak, strong, seed=seed) if bootstrap else _NO_CI,
             )
         )
     return rows
@@ -152,7 +163,8 @@ def evaluate(
 def format_table(rows: Sequence[BenchmarkRow]) -> str:
     head = (
         f"{'benchmark':<28} {'n':>5} {'gap':>6} | {'APGR':>6} {'CPT50':>6} {'CPT80':>6} | "
-        f"{'length':>6} {'CPT50':>6} {'CPT80':>6} | {'random':>6} | {'ECE':>5}"
+        f"{'length':>6} {'CPT50':>6} {'CPT80':>6} | {'random':>6} | {'ECE':>5} | "
+        f"{'vs length [95% CI]':>23}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -160,7 +172,8 @@ def format_table(rows: Sequence[BenchmarkRow]) -> str:
         lines.append(
             f"{r.name:<28} {r.size:>5} {r.gap:>6.3f} | {c.apgr:>6.3f} {c.cpt50:>6.2f} "
             f"{c.cpt80:>6.2f} | {n.apgr:>6.3f} {n.cpt50:>6.2f} {n.cpt80:>6.2f} | "
-            f"{r.random.apgr:>6.3f} | {r.ece:>5.3f}"
+            f"{r.random.apgr:>6.3f} | {r.ece:>5.3f} | {c.apgr - n.apgr:>+7.3f} "
+            f"[{r.ci[0]:+.3f}, {r.ci[1]:+.3f}]"
         )
     if rows:
         mean = np.mean([r.classifier.apgr for r in rows])
@@ -181,6 +194,9 @@ class ThreeTierRow:
     random: TierMix
     at_thresholds: TierMix  # the classifier's score with the configured thresholds
     always: tuple[TierMix, ...]  # everything to one tier, cheapest first
+    ci: tuple[float, float]  # paired bootstrap 95 % interval of the accuracy vs length
+    at_shares: TierMix | None = None  # thresholds at the quantiles ``target_share`` asks for
+    shares: tuple[float, ...] = ()
 
 
 def three_tier_set(splits: Splits) -> list[Example]:
@@ -194,6 +210,8 @@ def evaluate_three_tier(
     scores: Sequence[float],
     thresholds: tuple[float, float],
     seed: int = 0,
+    bootstrap: bool = True,
+    shares: Sequence[float] = (),
 ) -> ThreeTierRow:
     correct = np.array([e.tiers for e in examples], dtype=np.float64)
     cost = np.array([e.costs for e in examples], dtype=np.float64)
@@ -208,7 +226,22 @@ def evaluate_three_tier(
         random_three_tier(correct, cost, THREE_TIER_BUDGET, seed),
         tier_mix(tiers, correct, cost),
         tuple(tier_mix(np.full(len(s), t, np.intp), correct, cost) for t in range(3)),
+        three_tier_difference_ci(s, lengths, correct, cost, THREE_TIER_BUDGET, seed=seed)
+        if bootstrap
+        else _NO_CI,
+        _at_shares(s, shares, correct, cost) if len(shares) == 3 else None,
+        tuple(shares),
     )
+
+
+def _at_shares(
+    scores: npt.NDArray[np.float64], shares: Sequence[float], correct: Any, cost: Any
+) -> TierMix:
+    """The split a ``target_share`` policy settles on: thresholds at the score quantiles."""
+    low = np.quantile(scores, shares[0])
+    high = np.quantile(scores, shares[0] + shares[1])
+    tiers = np.where(scores < low, 0, np.where(scores >= high, 2, 1)).astype(np.intp)
+    return tier_mix(tiers, correct, cost)
 
 
 def _mix(m: TierMix) -> str:
@@ -226,13 +259,24 @@ def format_three_tier(row: ThreeTierRow, thresholds: tuple[float, float]) -> str
             f"  tiergate                   {_mix(row.classifier)}",
             f"  length                     {_mix(row.length)}",
             f"  random                     {_mix(row.random)}",
+            f"  tiergate - length          {row.classifier.accuracy - row.length.accuracy:+.3f} "
+            f"(paired bootstrap 95% CI [{row.ci[0]:+.3f}, {row.ci[1]:+.3f}])",
             f"  tiergate at {thresholds[0]:g} / {thresholds[1]:g}        {_mix(row.at_thresholds)}",
+            *(
+                [f"  tiergate at target_share {_shares(row.shares)}  {_mix(row.at_shares)}"]
+                if row.at_shares is not None
+                else []
+            ),
             *(f"  always {t:<19} {_mix(m)}" for t, m in zip(TIER_NAMES, row.always, strict=True)),
         ]
     )
 
 
 TIER_NAMES = ("small", "medium", "large")
+
+
+def _shares(shares: Sequence[float]) -> str:
+    return "/".join(f"{x:g}" for x in shares)
 
 
 def format_calibration(title: str, cal: Calibration) -> str:

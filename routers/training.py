@@ -47,6 +47,9 @@ class TrainOptions:
     level_head: bool = True  # stack the no-offset ranker beside the within ranker
     calibration_folds: int = 5  # benchmark-held-out folds for stacking; 0: uncalibrated
     length_stack: bool = False  # let the stacking pick the weight of plain log-length
+    # Further plain features the stacking weighs (within benchmarks), e.g. the domain
+    # lengths of ``features.DOMAIN_LENGTHS``: log-length inside code, inside multiple choice.
+    stack_features: tuple[str, ...] = ()
     golden_weight: float = 1.0  # row weight of the golden sample (the evaluation's models)
 
 
@@ -137,11 +140,11 @@ def _stack(data: _Data, heads: Sequence[F64], options: TrainOptions) -> F64:
         oof[held] = _logits(data.z[held], _rankers(data, rest, options))
     dim = data.z.shape[1]
     parts = list(heads)
-    if options.length_stack:
-        length = np.zeros(dim + 1)
-        length[dim - len(FEATURES) + FEATURES.index("log_chars_total")] = 1.0
-        parts.append(length)
-        oof = np.concatenate([oof, (data.z @ length[:-1])[:, None]], axis=1)
+    for name in _stacked_features(options):
+        column = np.zeros(dim + 1)
+        column[dim - len(FEATURES) + FEATURES.index(name)] = 1.0
+        parts.append(column)
+        oof = np.concatenate([oof, (data.z @ column[:-1])[:, None]], axis=1)
     mix = np.ones(1)
     if len(parts) > 1:
         mix, _ = _fit_head(
@@ -166,6 +169,15 @@ def _stack(data: _Data, heads: Sequence[F64], options: TrainOptions) -> F64:
     )
     combined[-1] += platt.intercept_[0]
     return np.asarray(combined, dtype=np.float64)
+
+
+def _stacked_features(options: TrainOptions) -> list[str]:
+    """Plain features the stacking weighs beside the rankers (within benchmarks)."""
+    names = ["log_chars_total"] if options.length_stack else []
+    unknown = set(options.stack_features) - set(FEATURES)
+    if unknown:
+        raise ValueError(f"stack_features: unknown features {sorted(unknown)}")
+    return names + [n for n in options.stack_features if n not in names]
 
 
 def _intercept(logit: F64, y: F64, w: F64) -> float:
@@ -257,6 +269,7 @@ def fit(
             "level_head": options.level_head,
             "calibration_folds": options.calibration_folds,
             "length_stack": options.length_stack,
+            "stack_features": list(options.stack_features),
             "golden_weight": options.golden_weight,
             "examples": len(labelled),
             **(info or {}),

@@ -65,6 +65,13 @@ class RedisProcess:
                 time.sleep(0.05)
         client.close()
 
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, nothing saved; ``start`` brings up an empty one on this port."""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait(10)
+            self._proc = None
+
     def stop(self) -> None:
         if self._proc is not None:
             self._proc.terminate()

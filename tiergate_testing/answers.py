@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import time
 
+import numpy as np
 import orjson
 
 from tiergate_testing.profiles import Profile
@@ -22,6 +25,51 @@ def usage_body(prompt: int, completion: int, cached: int = 0) -> dict[str, objec
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": cached},
     }
+
+
+# What GPT-4o bills for an image: 85 at detail low, else 85 + 170 per tile; as if every
+# image were a 1024x1536 photo (768x1152 once scaled: 2 x 3 tiles).
+IMAGE_TOKENS = {"low": 85, "high": 85 + 170 * 6}
+
+
+def image_tokens(request: dict[str, object]) -> int:
+    """What a provider bills for the request's image parts, as prompt tokens."""
+    tokens = 0
+    messages = request.get("messages")
+    for message in messages if isinstance(messages, list) else ():
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in content if isinstance(content, list) else ():
+            if isinstance(part, dict) and part.get("type") == "image_url":
+                image = part.get("image_url")
+                low = isinstance(image, dict) and image.get("detail") == "low"
+                tokens += IMAGE_TOKENS["low" if low else "high"]
+    return tokens
+
+
+def embeddings_body(request: dict[str, object]) -> bytes:
+    """One vector per input, from the input's bytes (``dimensions`` long, default 8);
+    usage: one token per word (or per id of a token array)."""
+    raw = request.get("input")
+    inputs: list[object] = raw if isinstance(raw, list) else [raw]
+    if inputs and isinstance(inputs[0], int):
+        inputs = [inputs]
+    dimensions = request.get("dimensions")
+    dim = dimensions if isinstance(dimensions, int) and dimensions > 0 else 8
+    data, tokens = [], 0
+    for i, item in enumerate(inputs):
+        ids = item if isinstance(item, list) else []
+        seed = item.encode() if isinstance(item, str) else bytes(int(v) % 256 for v in ids)
+        vector = np.frombuffer(hashlib.sha512(seed).digest() * 4, dtype=np.uint8)[:dim]
+        floats = vector.astype("<f4") / 255
+        encoded: object = floats.tolist()
+        if request.get("encoding_format") == "base64":
+            encoded = base64.b64encode(floats.tobytes()).decode()
+        data.append({"object": "embedding", "index": i, "embedding": encoded})
+        tokens += len(item.split()) if isinstance(item, str) else len(ids)
+    usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+    return orjson.dumps(
+        {"object": "list", "data": data, "model": request.get("model"), "usage": usage}
+    )
 
 
 def _logprobs(texts: list[str]) -> dict[str, object]:
@@ -51,7 +99,8 @@ class Answer:
         self.logprobs = bool(request.get("logprobs")) and not text_completion
         options = request.get("stream_options")
         self.stream_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-        self.prompt_tokens = profile.prompt_tokens or max(body_bytes // 4, 1)
+        text_tokens = profile.prompt_tokens or max(body_bytes // 4, 1)
+        self.prompt_tokens = text_tokens + image_tokens(request)
         self._base = {"id": "up-1", "object": "chat.completion.chunk", "created": 0, "model": model}
 
     def usage(self) -> dict[str, object]:

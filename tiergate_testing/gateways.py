@@ -68,8 +68,10 @@ def running_gateway(
     config_source: Callable[[], GatewayConfig] | None = None,
     *,
     tracer_provider: Any = None,
+    start_timeout_s: float = 120.0,
 ) -> Iterator[RunningGateway]:
-    """A real uvicorn server for ``config`` in a background thread, on its own loop."""
+    """A real uvicorn server for ``config`` in a background thread, on its own loop (started
+    once its engines are: ``start_timeout_s`` bounds that)."""
     os.environ.setdefault("TIERGATE_TEST_KEY", TEST_KEY)
     os.environ.setdefault("TIERGATE_OTHER_KEY", OTHER_KEY)
     if isinstance(config, dict):
@@ -90,7 +92,7 @@ def running_gateway(
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + start_timeout_s
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
             raise RuntimeError("gateway did not start")
@@ -142,8 +144,9 @@ class GatewayProcess:
         self.popen: subprocess.Popen[bytes] | None = None
 
     def spawn(self) -> None:
-        """Start the process (in its own session: ``stop`` ends its whole group)."""
-        with self.log_path.open("wb") as log:
+        """Start the process (in its own session: ``stop`` ends its whole group); its output
+        is appended to the log, so a restart keeps what the killed process wrote."""
+        with self.log_path.open("ab") as log:
             self.popen = subprocess.Popen(
                 self.argv,
                 env=self.env,

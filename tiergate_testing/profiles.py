@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 WORD = "tok "
 
@@ -57,4 +57,10 @@ PROVIDER_ERRORS: dict[str, Profile] = {
             "code": "invalid_api_key",
         },
     ),
+}
+# ... and the whole provider look-alike: those, plus ``no-usage`` (a provider that reports
+# no usage at all, whole or streamed).
+PROVIDER_MODELS: dict[str, Profile] = {
+    **PROVIDER_ERRORS,
+    "no-usage": replace(GREETING, usage=False),
 }

@@ -3,9 +3,11 @@
 Raw asyncio + httptools (no framework), so it costs a few tens of microseconds per
 request and never becomes the thing being measured. It serves ``/v1/chat/completions``
 and ``/v1/completions``, whole JSON or SSE, with or without usage, and logprobs when
-asked. Each model name maps to a ``Profile``: the text, the pace (delay, gaps between
-chunks) and an injected fault (an error status and body, a dropped connection or a stall
-mid-stream). ``default`` answers models with no profile of their own (else a 404).
+asked, and ``/v1/embeddings`` (vectors from the input's bytes). Like a real provider it
+bills image parts as prompt tokens (``IMAGE_TOKENS``). Each model name maps to a
+``Profile``: the text, the pace (delay, gaps between chunks) and an injected fault (an
+error status and body, a dropped connection or a stall mid-stream). ``default`` answers
+models with no profile of their own (else a 404).
 
     async with Upstream({"m": Profile(chunks=4)}) as up: ...   # on the test's loop
     with running_upstream(...) as up: ...                       # in a thread, for sync code
@@ -28,13 +30,21 @@ from typing import cast
 import httptools
 import orjson
 
-from tiergate_testing.answers import Answer, error_body
-from tiergate_testing.profiles import BENCH_PROFILES, GREETING, PROVIDER_ERRORS, Profile
+from tiergate_testing.answers import IMAGE_TOKENS, Answer, embeddings_body, error_body
+from tiergate_testing.profiles import (
+    BENCH_PROFILES,
+    GREETING,
+    PROVIDER_ERRORS,
+    PROVIDER_MODELS,
+    Profile,
+)
 
 __all__ = [
     "BENCH_PROFILES",
     "GREETING",
+    "IMAGE_TOKENS",
     "PROVIDER_ERRORS",
+    "PROVIDER_MODELS",
     "Profile",
     "Upstream",
     "UpstreamStats",
@@ -75,6 +85,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.body: list[bytes] = []
         self.text_completion = False
+        self.embeddings = False
         self.task: asyncio.Task[None] | None = None
         self.closed = False
 
@@ -104,6 +115,7 @@ class _Connection(asyncio.Protocol):
         self.text_completion = url.endswith(b"/completions") and not url.endswith(
             b"chat/completions"
         )
+        self.embeddings = url.endswith(b"/embeddings")
 
     def on_body(self, body: bytes) -> None:
         self.body.append(body)
@@ -130,6 +142,10 @@ class _Connection(asyncio.Protocol):
         if profile.fail_status is not None:
             error = profile.fail_error or {"message": f"injected failure {profile.fail_status}"}
             self._error(profile.fail_status, error)
+            return
+        if self.embeddings:
+            body = embeddings_body(request)
+            self._write(_headers(200, b"application/json", len(body)) + body)
             return
         answer = Answer(model, profile, request, len(raw), self.text_completion)
         if request.get("stream"):
@@ -244,9 +260,9 @@ def running_upstream(
     keep_bodies: bool = True,
 ) -> Iterator[Upstream]:
     """An ``Upstream`` on its own event loop in a thread, for synchronous code; without
-    arguments, the provider look-alike (``GREETING`` for any model, ``PROVIDER_ERRORS``)."""
+    arguments, the provider look-alike (``GREETING`` for any model, ``PROVIDER_MODELS``)."""
     if profiles is None and default is None:
-        profiles, default = PROVIDER_ERRORS, GREETING
+        profiles, default = PROVIDER_MODELS, GREETING
     upstream = Upstream(profiles or {}, default=default, keep_bodies=keep_bodies)
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)

@@ -3,11 +3,16 @@
 Vectors are L2-normalised, so the dot product is the cosine. Grouping by prefix means
 a search only ever sees entries whose conversation and parameters match exactly, and
 the groups stay small. Used by the memory store and by each replica on Redis 7.
+
+An entry may carry the time its source expires (unix seconds); ``expire`` then drops a
+bounded number of those past due, oldest first, so vectors of entries that expired
+without anyone saying so (a tenant gone idle) do not stay in memory.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -75,6 +80,10 @@ class LocalIndex:
     def __init__(self) -> None:
         self._groups: dict[tuple[str, str], _Group] = {}
         self._where: dict[tuple[str, str], str] = {}  # (ns, digest) → prefix
+        self._expires: dict[tuple[str, str], float] = {}
+        # (expires, ns, digest), a min-heap; an item whose entry was removed or given a
+        # later time is stale and skipped when it comes up (it comes up within one TTL).
+        self._due: list[tuple[float, str, str]] = []
 
     def __len__(self) -> int:
         return len(self._where)
@@ -85,7 +94,9 @@ class LocalIndex:
     def count(self, ns: str) -> int:
         return sum(len(g.digests) for (n, _), g in self._groups.items() if n == ns)
 
-    def add(self, ns: str, digest: str, prefix: str, vector: Vector) -> None:
+    def add(
+        self, ns: str, digest: str, prefix: str, vector: Vector, expires: float | None = None
+    ) -> None:
         old = self._where.get((ns, digest))
         if old is not None and old != prefix:
             self.remove(ns, digest)
@@ -94,8 +105,31 @@ class LocalIndex:
             group = self._groups[(ns, prefix)] = _Group(dim=len(vector))
         group.add(digest, vector)
         self._where[(ns, digest)] = prefix
+        if expires is None:
+            self._expires.pop((ns, digest), None)
+        else:
+            self._expires[(ns, digest)] = expires
+            heapq.heappush(self._due, (expires, ns, digest))
+
+    def pending(self) -> int:
+        """Expiry times held, stale ones included (bounded by the adds of one TTL)."""
+        return len(self._due)
+
+    def expire(self, now: float, limit: int) -> int:
+        """Remove the entries whose expiry time is before ``now``, looking at no more than
+        ``limit`` expiry times (stale ones included): the work per call is bounded."""
+        removed = 0
+        for _ in range(limit):
+            if not self._due or self._due[0][0] > now:
+                break
+            expires, ns, digest = heapq.heappop(self._due)
+            if self._expires.get((ns, digest)) == expires:
+                self.remove(ns, digest)
+                removed += 1
+        return removed
 
     def remove(self, ns: str, digest: str) -> None:
+        self._expires.pop((ns, digest), None)
         prefix = self._where.pop((ns, digest), None)
         if prefix is None:
             return
@@ -108,11 +142,14 @@ class LocalIndex:
         if ns is None:
             self._groups.clear()
             self._where.clear()
+            self._expires.clear()
+            self._due.clear()
             return
         for key in [k for k in self._groups if k[0] == ns]:
             del self._groups[key]
         for key in [k for k in self._where if k[0] == ns]:
             del self._where[key]
+            self._expires.pop(key, None)
 
     async def search(
         self, ns: str, prefix: str, vector: Vector, count: int

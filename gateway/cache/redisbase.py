@@ -120,10 +120,15 @@ class RedisStorageBase:
         ]
         put_keys = [keys.entry(digest), keys.order, keys.vectors]
         gone = await self._put("cache put", put_keys, args, error=CacheUnavailable)
-        await self.after_put(keys, digest, semantic, [d.decode() for d in gone])
+        await self.after_put(keys, digest, semantic, [d.decode() for d in gone], ttl_s)
 
     async def after_put(
-        self, keys: CacheKeys, digest: str, semantic: Semantic | None, gone: list[str]
+        self,
+        keys: CacheKeys,
+        digest: str,
+        semantic: Semantic | None,
+        gone: list[str],
+        ttl_s: float,
     ) -> None:
         return None
 

@@ -3,9 +3,15 @@ in-memory copy, and one Redis stream tells every replica what was added or remov
 
 At start (and after losing Redis) a replica notes the stream's last id, loads every
 tenant's live entries, then tails the stream from that id; events are idempotent, so
-the overlap is harmless. Events are small (tenant, digest, prefix); a replica reads
-the vector from the entry itself. An index that lags only costs hits: a candidate is
-always re-read from Redis, and a vanished entry is a miss.
+the overlap is harmless. Events are small (tenant, digest, replica); a replica reads
+the vector, and the entry's expiry time (``PEXPIRETIME``), from the entry itself and
+skips its own events. An index that lags only costs hits: a candidate is always re-read
+from Redis, and a vanished entry is a miss.
+
+Entries also expire without any event (a tenant that stops storing lets its whole set
+lapse), so each vector keeps its entry's expiry time and the tail loop drops, after every
+read, at most ``SWEEP`` of those past due (plus ``expiry_grace_s`` for clock skew between
+replicas and Redis): the index holds what is live in Redis, however tenants come and go.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
+import time
 from typing import Any
 
 from gateway.cache.keys import CacheKeys, stream_key
@@ -28,18 +36,32 @@ log = logging.getLogger(__name__)
 # XREAD in redis-py does not always give way to cancellation.
 BLOCK_MS = 250
 BATCH = 500
+# Expiry times looked at per tail read: twice the most additions one read can bring, so
+# the sweep keeps up with any rate of stores.
+SWEEP = 2 * BATCH
+EXPIRY_GRACE_S = 5.0
 
 
 class StreamIndexStorage(RedisStorageBase):
     kind = "redis-stream"
 
-    def __init__(self, store: RedisStore, *, root: str, maxlen: int) -> None:
+    def __init__(
+        self,
+        store: RedisStore,
+        *,
+        root: str,
+        maxlen: int,
+        expiry_grace_s: float = EXPIRY_GRACE_S,
+    ) -> None:
         super().__init__(store)
         self.root = root
         self.stream = stream_key(root)
         self.maxlen = maxlen
+        self.expiry_grace_s = expiry_grace_s
         self.index = LocalIndex()
+        self.replica = secrets.token_hex(8)  # marks this replica's own events
         self.applied = 0  # stream events applied by this replica (tests wait on it)
+        self.expired = 0  # vectors dropped because their entry's time ran out
         # XREAD blocks for a while: this connection needs a longer timeout than the cache's.
         self._tail_store = store.sibling(timeout_s=BLOCK_MS / 1000 + 5, max_connections=4)
         self._tail_client: Any = self._tail_store.client
@@ -76,10 +98,13 @@ class StreamIndexStorage(RedisStorageBase):
             async with client.pipeline(transaction=False) as pipe:
                 for digest in batch:
                     pipe.hmget(keys.entry(digest), "p", "v")
+                    pipe.pexpiretime(keys.entry(digest))
                 rows = await pipe.execute()
-            for digest, (prefix, vector) in zip(batch, rows, strict=True):
+            for i, digest in enumerate(batch):
+                (prefix, vector), expires_ms = rows[2 * i], int(rows[2 * i + 1])
                 if prefix and vector:
-                    index.add(keys.ns, digest, prefix.decode(), as_vector(vector))
+                    expires = expires_ms / 1000 if expires_ms > 0 else None
+                    index.add(keys.ns, digest, prefix.decode(), as_vector(vector), expires)
 
     async def _tail(self) -> None:
         delay = 0.2
@@ -95,6 +120,7 @@ class StreamIndexStorage(RedisStorageBase):
                     for _, events in reply or ():
                         await self._apply([fields for _, fields in events])
                         last_id = events[-1][0].decode()
+                self.expired += self.index.expire(time.time() - self.expiry_grace_s, SWEEP)
                 delay = 0.2
             except StoreUnavailable as exc:
                 # Events may be lost while Redis is away: reload everything once it is back.
@@ -119,8 +145,10 @@ class StreamIndexStorage(RedisStorageBase):
             ns = fields.get(b"ns", b"").decode()
             if op == "add":
                 digest = fields[b"d"].decode()
-                # A digest fixes the text and prefix, hence the vector: known means current.
-                if not self.index.has(ns, digest):
+                # Another replica's store may have renewed an entry known here: load it for
+                # its expiry time. Our own are in the index, unless a resync replaced it.
+                own = fields.get(b"r", b"").decode() == self.replica
+                if not (own and self.index.has(ns, digest)):
                     adds.setdefault(ns, []).append(digest)
                 continue
             await load_adds()
@@ -133,12 +161,18 @@ class StreamIndexStorage(RedisStorageBase):
         self.applied += len(events)
 
     async def after_put(
-        self, keys: CacheKeys, digest: str, semantic: Semantic | None, gone: list[str]
+        self,
+        keys: CacheKeys,
+        digest: str,
+        semantic: Semantic | None,
+        gone: list[str],
+        ttl_s: float,
     ) -> None:
         for old in gone:
             self.index.remove(keys.ns, old)
         if semantic is not None:
-            self.index.add(keys.ns, digest, semantic.prefix, semantic.vector)
+            expires = time.time() + ttl_s
+            self.index.add(keys.ns, digest, semantic.prefix, semantic.vector, expires)
 
         async def publish() -> None:
             async with self.redis.pipeline(transaction=False) as pipe:
@@ -152,7 +186,7 @@ class StreamIndexStorage(RedisStorageBase):
                 if semantic is not None:
                     pipe.xadd(
                         self.stream,
-                        {"op": "add", "ns": keys.ns, "d": digest},
+                        {"op": "add", "ns": keys.ns, "d": digest, "r": self.replica},
                         maxlen=self.maxlen,
                         approximate=True,
                     )

@@ -1,4 +1,4 @@
-"""``GET /v1/models``: every tier name and every configured model id."""
+"""``GET /v1/models``: every tier name, every configured model id, the embedding models."""
 
 from __future__ import annotations
 
@@ -45,6 +45,17 @@ async def list_models(call: TenantDep) -> Response:
                 "created": CREATED,
                 "owned_by": "tiergate",
                 "tiergate": {"kind": "model", "tier": config.tier_of_model(model)},
+            }
+        )
+    for model, spec in sorted(config.embeddings.items()):
+        source = "in-process" if spec.engine is None else spec.engine
+        entries.append(
+            {
+                "id": model,
+                "object": "model",
+                "created": CREATED,
+                "owned_by": "tiergate",
+                "tiergate": {"kind": "embedding", "engine": source},
             }
         )
     return Response(

@@ -62,3 +62,14 @@ def passthrough_fields(extra: Mapping[str, Any] | None) -> dict[str, Any]:
         for name, value in (extra or {}).items()
         if value is not None and value != _DEFAULTS.get(name, None) and value not in ({}, [])
     }
+
+
+# ``POST /v1/embeddings``: the same kinds. ``passthrough`` fields (and any field not
+# listed) are forwarded by remote engines and a 400 naming them on the in-process model.
+EMBEDDING_FIELDS: dict[str, str] = {
+    "model": "core",
+    "input": "core",
+    "encoding_format": "core",
+    "user": "info",
+    "dimensions": "passthrough",
+}

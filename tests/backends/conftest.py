@@ -110,8 +110,10 @@ def llamacpp_engine(engine_loop: LoopThread) -> Iterator[Any]:
     engine_loop.run(engine.aclose())
 
 
-def sglang_bridge_options(**server_args: Any) -> dict[str, Any]:
-    return {
+def sglang_bridge_options(tools: bool = True, **server_args: Any) -> dict[str, Any]:
+    """A real worker process around the fake engine; with ``tools``, the fake
+    ``FunctionCallParser`` module and its hermes parser."""
+    options: dict[str, Any] = {
         "engine_factory": "tests.backends.fake_sglang:FakeSglangEngine",
         "server_args": server_args,
         "env": {"PYTHONPATH": str(REPO)},
@@ -119,6 +121,10 @@ def sglang_bridge_options(**server_args: Any) -> dict[str, Any]:
         "start_timeout_s": 60.0,
         "stop_timeout_s": 10.0,
     }
+    if tools:
+        options["tool_call_parser"] = "hermes"
+        options["function_call_module"] = "tests.backends.fake_sglang_calls"
+    return options
 
 
 @pytest.fixture(scope="session")
@@ -131,6 +137,25 @@ def sglang_bridge(engine_loop: LoopThread) -> Iterator[Any]:
     engine_loop.run(engine.start())
     yield engine
     engine_loop.run(engine.aclose())
+
+
+@pytest.fixture(scope="session")
+def sglang_gateway() -> Iterator[Any]:
+    """A real gateway whose ``small`` tier is one SGLang worker process (around the fake
+    engine and the fake FunctionCallParser module, hermes format)."""
+    from tiergate_testing.configs import fake_config
+    from tiergate_testing.gateways import running_gateway
+
+    config = fake_config()
+    config["engines"]["sglang"] = {
+        "backend": "sglang",
+        "model": "fake-sglang",
+        "options": sglang_bridge_options(),
+    }
+    config["tiers"]["small"] = {"engines": ["sglang"]}
+    config["prices"]["fake-sglang"] = {"input": 1.0, "output": 2.0}
+    with running_gateway(config) as gateway:
+        yield gateway
 
 
 @pytest.fixture(scope="session")

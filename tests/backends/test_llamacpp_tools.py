@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from backends.llamacpp_tools import ToolCallReader, ToolPlan, build_grammar, tool_plan
+from backends.llamacpp_tools import ToolCallReader, build_grammar
+from backends.tool_calls import ToolPlan, tool_plan
 
 
 class Inner(BaseModel):

@@ -20,6 +20,7 @@ IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw
 def gateway() -> Iterator[RunningGateway]:
     config = fake_config()
     config["engines"]["fake-large"]["modalities"] = ["text", "image"]
+    config["budgets"] = {"part_tokens": {"fake-large": {"image": 1000}}}  # priced: needs a rule
     with running_gateway(config) as running:
         yield running
 

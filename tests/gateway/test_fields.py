@@ -2,8 +2,9 @@
 it to its server) or a 400 naming it — never silently ignored, never a 500.
 
 One real gateway serves a tier per backend: the protocol fake, llama.cpp (SmolLM2),
-``openai`` and ``litellm`` (both forwarding to a real OpenAI-compatible server on
-loopback that records what it received).
+SGLang (a real worker process around the fake engine and fake FunctionCallParser, with a
+``tool_call_parser``: SGLang itself needs CUDA), ``openai`` and ``litellm`` (both
+forwarding to a real OpenAI-compatible server on loopback that records what it received).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import pytest
 
 from backends.base import FEATURES
 from backends.llamacpp import CAPABILITIES as LLAMACPP
+from backends.sglang_chat import BASE_CAPABILITIES, TOOL_CAPABILITIES
 from gateway.wire.fields import CHAT_FIELDS
+from tests.backends.conftest import sglang_bridge_options
 from tiergate_testing.configs import SMOLLM2, TEST_KEY
 from tiergate_testing.gateways import RunningGateway, running_gateway
 from tiergate_testing.upstream import UpstreamStats, running_upstream
@@ -67,11 +70,23 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "functions": {"functions": [TOOL["function"]]},
     "function_call": {"function_call": "auto"},
 }
-BACKENDS = {"fake": frozenset(), "llamacpp": LLAMACPP, "openai": FEATURES, "litellm": FEATURES}
+BACKENDS = {
+    "fake": frozenset(),
+    "llamacpp": LLAMACPP,
+    "sglang": BASE_CAPABILITIES | TOOL_CAPABILITIES,
+    "openai": FEATURES,
+    "litellm": FEATURES,
+}
 REMOTE = {"openai", "litellm"}
 # Fields sent along with the one they need, which the 400 names first.
 NAMED_FIRST = {"top_logprobs": "logprobs", "tool_choice": "tools"}
-TIERS = {"fake": "small", "llamacpp": "llamacpp", "openai": "openai", "litellm": "litellm"}
+TIERS = {
+    "fake": "small",
+    "llamacpp": "llamacpp",
+    "sglang": "sglang",
+    "openai": "openai",
+    "litellm": "litellm",
+}
 
 
 def test_every_field_has_a_sample() -> None:
@@ -88,6 +103,11 @@ def setup() -> Iterator[tuple[RunningGateway, UpstreamStats]]:
                 "backend": "llamacpp",
                 "model": "smollm2",
                 "options": {"model_path": SMOLLM2, "n_ctx": 1024, "n_threads": 1},
+            },
+            "sglang": {
+                "backend": "sglang",
+                "model": "fake-sglang",
+                "options": sglang_bridge_options(),
             },
             "openai": {"backend": "openai", "model": "up-m", "options": {"api_base": base_url}},
             "litellm": {

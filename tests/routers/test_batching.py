@@ -84,3 +84,29 @@ async def test_a_failing_batch_fails_its_callers_only() -> None:
 def test_bad_settings_are_refused() -> None:
     with pytest.raises(ValueError):
         MicroBatcher(SlowModel(0.0), max_batch=0)
+
+
+async def test_without_a_wait_a_lone_text_goes_at_once_and_batches_still_form() -> None:
+    # The default: no wait for company; what queues while a batch runs is the next batch.
+    model = SlowModel(0.05)
+    batcher = MicroBatcher(model, max_batch=8)
+    waiting = MicroBatcher(SlowModel(0.0), max_batch=8, max_wait_ms=1000)
+    try:
+        started = time.perf_counter()
+        await batcher.submit(["alone"])
+        alone_s = time.perf_counter() - started
+        started = time.perf_counter()
+        await waiting.submit(["alone"])
+        waited_s = time.perf_counter() - started
+        model.batch_sizes.clear()
+        texts = [f"t{i}" for i in range(20)]
+        results = await asyncio.gather(*(batcher.submit([t]) for t in texts))
+    finally:
+        batcher.close()
+        waiting.close()
+    assert waited_s >= 1.0  # a configured wait holds a lone text for company
+    assert alone_s < 0.5  # the model's 50 ms and a thread hop, no wait
+    assert [float(r[0, 0]) for r in results] == [float(len(t)) for t in texts]
+    assert sum(model.batch_sizes) == 20
+    assert len(model.batch_sizes) < 20  # texts queued behind a running batch went together
+    assert max(model.batch_sizes) <= 8

@@ -6,12 +6,15 @@ import numpy as np
 
 from routers.evaluation import (
     QUANTILES,
+    apgr_difference_ci,
     best_three_tier,
+    best_two_head_tier,
     calibration,
     pgr_curve,
     random_report,
     random_three_tier,
     report,
+    three_tier_difference_ci,
     tier_mix,
 )
 
@@ -87,6 +90,40 @@ def test_three_tier_oracle_beats_random_within_the_budget() -> None:
     assert abs(sum(oracle.shares) - 1.0) < 1e-9
 
 
+def test_bootstrap_interval_of_an_apgr_difference() -> None:
+    weak, strong = labels(400)
+    oracle = strong - weak
+    noise = np.random.default_rng(5).random(len(weak))
+    lo, hi = apgr_difference_ci(oracle, noise, weak, strong, draws=200)
+    assert 0.2 < lo < hi  # the oracle is better on every resample
+    same = apgr_difference_ci(noise, noise, weak, strong, draws=50)
+    assert same == (0.0, 0.0)
+    lo, hi = apgr_difference_ci(noise, noise[::-1].copy(), weak, strong, draws=200)
+    assert lo < 0 < hi  # two random routers: the interval straddles zero
+
+
+def test_three_tier_bootstrap_interval_separates_oracle_from_random() -> None:
+    d, correct, cost = three_tiers(300)
+    noise = np.random.default_rng(6).random(len(d))
+    lo, hi = three_tier_difference_ci(d, noise, correct, cost, draws=40)
+    assert 0.05 < lo < hi
+
+
+def test_two_head_split_uses_the_second_score_for_large() -> None:
+    d, correct, cost = three_tiers()
+    # one score for both splits: the two-head search reaches the one-score optimum
+    one = best_three_tier(d, correct, cost, budget=0.25, step=0.02)
+    both = best_two_head_tier(d, d, correct, cost, budget=0.25, step=0.02)
+    assert abs(both.accuracy - one.accuracy) < 1e-9 and both.cost_share <= 0.25 + 1e-9
+    # a score that knows only "small is enough" cannot pick large; the second head can
+    small_ok = (d < 0.5).astype(float) + np.random.default_rng(7).random(len(d)) * 0.1
+    large_needed = (d >= 0.8).astype(float)
+    blind = best_three_tier(1 - small_ok, correct, cost, budget=0.25, step=0.02)
+    helped = best_two_head_tier(1 - small_ok, large_needed, correct, cost, 0.25, step=0.02)
+    assert helped.accuracy > blind.accuracy + 0.1
+    assert helped.cost_share <= 0.25 + 1e-9
+
+
 def test_three_tier_mix_counts_cost_and_accuracy() -> None:
     _, correct, cost = three_tiers(10)
     large = tier_mix(np.full(10, 2, np.intp), correct, cost)
@@ -105,3 +142,27 @@ def test_calibration_of_a_calibrated_and_an_overconfident_score() -> None:
     bad = calibration(overconfident, outcome)
     assert bad.ece > 0.2
     assert [b[2] for b in bad.bins] == [int((p <= 0.5).sum()), int((p > 0.5).sum())]
+
+
+def test_three_tier_row_at_target_shares_splits_by_score_quantiles() -> None:
+    from routers.datasets import Example
+    from routers.features import prompt_messages
+    from routers.offline import evaluate_three_tier
+
+    d, correct, cost = three_tiers(200)
+    rows = [
+        Example(tuple(prompt_messages("x" * (i + 1))), 0.0, 1.0, "b", "s", tiers=c, costs=k)
+        for i, (c, k) in enumerate(zip(map(tuple, correct), map(tuple, cost), strict=True))
+    ]
+    row = evaluate_three_tier(
+        "t", rows, list(d), (0.3, 0.7), bootstrap=False, shares=(0.5, 0.3, 0.2)
+    )
+    assert row.at_shares is not None and row.at_shares.shares == (0.5, 0.3, 0.2)
+    # d is the difficulty: the easiest half small, the hardest fifth large; read backwards
+    # the same shares put the hardest requests on the small tier
+    backwards = evaluate_three_tier(
+        "t", rows, list(-d), (0.3, 0.7), bootstrap=False, shares=(0.5, 0.3, 0.2)
+    )
+    assert backwards.at_shares is not None
+    assert row.at_shares.accuracy > 0.95 > 0.6 > backwards.at_shares.accuracy
+    assert evaluate_three_tier("t", rows, list(d), (0.3, 0.7), bootstrap=False).at_shares is None

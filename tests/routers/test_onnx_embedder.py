@@ -55,3 +55,16 @@ def test_int8_onnx_stays_close_to_torch(onnx: OnnxEmbedder) -> None:
     cosine = np.sum(reference * onnx.embed_sync(TEXTS), axis=1)
     assert np.all(cosine > 0.97), cosine
     torch_embedder._batcher.close()
+
+
+def test_one_intra_op_thread_by_default_and_threads_do_not_change_vectors(
+    onnx: OnnxEmbedder,
+) -> None:
+    assert onnx._session.get_session_options().intra_op_num_threads == 1
+    two = OnnxEmbedder(threads=2)
+    try:
+        assert two._session.get_session_options().intra_op_num_threads == 2
+        cosine = np.sum(onnx.embed_sync(TEXTS) * two.embed_sync(TEXTS), axis=1)
+    finally:
+        two.batcher.close()
+    assert np.all(cosine >= 0.9999), cosine

@@ -1,0 +1,263 @@
+"""One ``/v1/embeddings`` request: check, admit, embed, settle.
+
+The same lifecycle as a generation, minus routing: the key's model scope, then the rate
+limits and one budget reservation (``budgeting.admit_worst``; the worst case is the
+input tokens at the model's input price, there are no output tokens), then the vectors
+(the in-process MiniLM the classifier shares, or a remote engine), then one ``Outcome``
+from which the metrics, the trace and the ledger event are written, and the settlement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from backends.base import EmbeddingEngine, Usage
+from backends.errors import EngineError
+from gateway import budgeting, observe
+from gateway.errors import (
+    ApiError,
+    InsufficientQuota,
+    InvalidRequest,
+    ModelNotFound,
+    PermissionDenied,
+    RateLimited,
+    ServiceUnavailable,
+    from_engine_error,
+)
+from gateway.outcome import EMBEDDINGS, Outcome, embedding_outcome
+from gateway.routing import new_request_id
+from gateway.spend import WorstCase, model_cost, text_upper_tokens
+from gateway.state import GatewayState
+from gateway.tracing import current_trace
+from gateway.wire.embeddings import EmbeddingRequest, embeddings_body
+from policies.embedding_spec import EmbeddingSpec
+from policies.schema import GatewayConfig
+from policies.tenants import Principal
+from routers.batching import BatcherClosed, EmbeddingFailed
+from routers.wordpiece import ServedEmbedder
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingCall:
+    config: GatewayConfig  # the snapshot taken at admission
+    request_id: str
+    principal: Principal
+    model: str
+    spec: EmbeddingSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What runs: the texts for the local model (None: remote), and the input tokens the
+    reservation holds (exact for the local model, an upper bound for a remote one)."""
+
+    texts: list[str] | None
+    prompt_tokens: int
+
+
+def _call(config: GatewayConfig, principal: Principal, model: str) -> EmbeddingCall:
+    spec = config.embeddings.get(model)
+    if spec is None:
+        raise ModelNotFound(
+            f"The embedding model `{model}` does not exist or you do not have access to it "
+            f"(embedding models: {', '.join(sorted(config.embeddings)) or 'none'}).",
+            param="model",
+        )
+    refusal = principal.model_refusal(model, config)
+    if refusal is not None:
+        raise PermissionDenied(refusal, param="model")
+    return EmbeddingCall(config, new_request_id("emb"), principal, model, spec)
+
+
+async def _prepare_local(served: ServedEmbedder, model: str, body: EmbeddingRequest) -> Prepared:
+    """400 for what the in-process model cannot honour; nothing is truncated."""
+    extra = body.passthrough()
+    if extra:
+        name = sorted(extra)[0]
+        raise InvalidRequest(f"{name} is not supported by {model}", param=name)
+    if body.dimensions is not None:
+        raise InvalidRequest(
+            f"{model} does not support dimensions (its vectors have {served.embedder.dim})",
+            param="dimensions",
+        )
+    texts = body.texts()
+    if texts is None:
+        arrays = body.token_arrays()
+        vocab = served.wordpieces.vocab_size
+        for i, ids in enumerate(arrays):
+            if max(ids) >= vocab:
+                raise InvalidRequest(
+                    f"input[{i}]: token id {max(ids)} is outside {model}'s vocabulary "
+                    f"(ids are WordPiece ids below {vocab})",
+                    param="input",
+                )
+        texts = await served.wordpieces.decode(arrays)
+    counts = await served.wordpieces.count(texts)
+    for i, count in enumerate(counts):
+        if count > served.window:
+            raise InvalidRequest(
+                f"input[{i}] is {count} tokens; {model} reads at most {served.window} "
+                "(shorten or split it)",
+                param="input",
+                code="context_length_exceeded",
+            )
+    return Prepared(texts, sum(counts))
+
+
+def _remote_upper(config: GatewayConfig, body: EmbeddingRequest) -> int:
+    """Never fewer tokens than the upstream can count: bytes per token as for prompts."""
+    texts = body.texts()
+    if texts is None:
+        return sum(len(ids) for ids in body.token_arrays())
+    budgets = config.budgets
+    return sum(
+        text_upper_tokens(config, len(t.encode())) + budgets.prompt_overhead_tokens for t in texts
+    )
+
+
+class EmbeddingRun:
+    """Admission, the vectors and settlement of one call; ``close`` always runs."""
+
+    def __init__(self, state: GatewayState, call: EmbeddingCall, prepared: Prepared) -> None:
+        self.state, self.call, self.prepared = state, call, prepared
+        self.ticket: budgeting.Ticket | None = None
+        self.outcome: Outcome | None = None
+        self.started = time.perf_counter()
+        self.trace = current_trace()
+        self._heartbeat: asyncio.Task[None] | None = None
+
+    async def admit(self) -> None:
+        call, tokens = self.call, self.prepared.prompt_tokens
+        usd = model_cost(call.config, call.model, Usage(tokens, 0))
+        worst = [WorstCase(EMBEDDINGS, usd, tokens, 0)]
+        try:
+            self.ticket = await budgeting.admit_worst(self.state, call, worst, tokens)
+        except RateLimited as exc:
+            self.end(Usage(0, 0), exc.code or "rate_limited", denied="rate_limit")
+            raise
+        except InsufficientQuota as exc:
+            self.end(Usage(0, 0), exc.code or "insufficient_quota", denied="budget")
+            raise
+        except ApiError as exc:  # the budget or rate-limit store is down (503)
+            self.end(Usage(0, 0), exc.code or "refused")
+            raise
+        self._heartbeat = budgeting.keep_alive(self.state, call.config, self.ticket)
+
+    async def local(self, served: ServedEmbedder, body: EmbeddingRequest) -> dict[str, Any]:
+        assert self.prepared.texts is not None
+        try:
+            vectors = await served.embedder.embed(self.prepared.texts)
+        except (EmbeddingFailed, BatcherClosed) as exc:
+            self.end(Usage(0, 0), str(exc))
+            raise ServiceUnavailable(
+                "the embedder failed; try again shortly", headers={"Retry-After": "1"}
+            ) from exc
+        tokens = self.prepared.prompt_tokens
+        self.end(Usage(tokens, 0), None)
+        return embeddings_body(self.call.model, vectors, body.encoding_format, tokens)
+
+    async def remote(self, engine: EmbeddingEngine, body: EmbeddingRequest) -> dict[str, Any]:
+        try:
+            answer = await engine.embed(body.upstream_body())
+        except EngineError as exc:
+            self.end(Usage(0, 0), str(exc))
+            raise from_engine_error(exc) from exc
+        reported = answer.get("usage") or {}
+        upper = self.prepared.prompt_tokens
+        prompt = reported.get("prompt_tokens") if isinstance(reported, dict) else None
+        # Charged: the upstream's count, never more than the reservation held.
+        tokens = min(prompt, upper) if isinstance(prompt, int) and prompt >= 0 else upper
+        self.end(Usage(tokens, 0), None)
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+        return {"object": "list", "data": answer["data"], "model": self.call.model, "usage": usage}
+
+    def end(self, usage: Usage, error: str | None, denied: str | None = None) -> Outcome:
+        if self.outcome is None:
+            latency_s = time.perf_counter() - self.started
+            config, model = self.call.config, self.call.model
+            self.outcome = embedding_outcome(
+                config, model, usage, error=error, denied=denied, latency_s=latency_s
+            )
+            tenant, request_id = self.call.principal.tenant, self.call.request_id
+            observe.embedded(self.state.metrics, self.trace, tenant, request_id, self.outcome)
+        return self.outcome
+
+    async def close(self) -> None:
+        """Settle (a task of its own: a cancelled request still settles); never raises."""
+        outcome = self.end(Usage(0, 0), "cancelled")
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        if self.ticket is None and outcome.denied is None:
+            return
+        settling = asyncio.ensure_future(self._settle(outcome))
+        self.state.background.add(settling)
+        settling.add_done_callback(self.state.background.discard)
+        await asyncio.shield(settling)
+
+    async def _settle(self, outcome: Outcome) -> None:
+        try:
+            if self.ticket is not None:
+                await budgeting.settle(self.state, self.call, self.ticket, outcome)
+            else:
+                await budgeting.record_denied(self.state, self.call, outcome)
+        except Exception:  # any failure: log it; it must never turn an answer into a 500
+            log.exception("settling %s failed", self.call.request_id)
+
+
+def _remote_engine(state: GatewayState, engine: str) -> EmbeddingEngine:
+    replicas = state.replicas.get(engine) or []
+    if not replicas:
+        raise ServiceUnavailable(f"no replica of {engine} is running", headers={"Retry-After": "2"})
+    chosen = min(replicas, key=lambda r: r.inflight).engine
+    assert isinstance(chosen, EmbeddingEngine), "check-config allows only embedding backends"
+    return chosen
+
+
+def _source(state: GatewayState, call: EmbeddingCall) -> ServedEmbedder | EmbeddingEngine:
+    """The in-process embedder or the remote engine that serves ``call.model``."""
+    if call.spec.engine is not None:
+        return _remote_engine(state, call.spec.engine)
+    if state.served_embedder is None:
+        raise ModelNotFound(
+            f"The embedding model `{call.model}` is not loaded in this process "
+            "(the classifier's embedder did not start; the gateway log says why).",
+            param="model",
+        )
+    return state.served_embedder
+
+
+async def create_embeddings(
+    state: GatewayState, principal: Principal, config: GatewayConfig, body: EmbeddingRequest
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The response body and headers; raises an ``ApiError`` for every refusal."""
+    call = _call(config, principal, body.model)
+    source = _source(state, call)
+    if isinstance(source, ServedEmbedder):
+        prepared = await _prepare_local(source, call.model, body)
+    else:
+        prepared = Prepared(None, _remote_upper(config, body))
+    run = EmbeddingRun(state, call, prepared)
+    try:
+        await run.admit()
+        if isinstance(source, ServedEmbedder):
+            payload = await run.local(source, body)
+        else:
+            payload = await run.remote(source, body)
+    finally:
+        await run.close()
+    assert run.outcome is not None and run.ticket is not None
+    headers = {
+        "x-request-id": call.request_id,
+        "x-tiergate-tier": EMBEDDINGS,
+        "x-tiergate-model": call.model,
+        "x-tiergate-cache": "bypass",
+        "x-tiergate-cost-usd": f"{run.outcome.cost_usd:.8f}",
+        **dict(run.ticket.headers),
+    }
+    return payload, headers

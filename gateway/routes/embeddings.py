@@ -1,0 +1,39 @@
+"""``POST /v1/embeddings``."""
+
+from __future__ import annotations
+
+import orjson
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.deps import TenantDep
+from gateway.embeddings import create_embeddings
+from gateway.http import TracedRoute, read_body, until_disconnect
+from gateway.openapi import errors, request_body
+from gateway.timing import lap
+from gateway.wire.common import parse_body
+from gateway.wire.embeddings import EmbeddingRequest
+
+router = APIRouter(
+    route_class=TracedRoute,
+    tags=["v1"],
+    responses=errors(400, 401, 403, 404, 408, 413, 429, 500, 502, 503, 504),
+)
+
+
+@router.post("/v1/embeddings", name="embeddings", openapi_extra=request_body(EmbeddingRequest))
+async def embeddings(request: Request, call: TenantDep) -> Response:
+    state = call.state
+    config = state.config  # the request's snapshot (see gateway.respond)
+    server = config.server
+    raw = await read_body(request, server.max_body_bytes, server.header_timeout_s)
+    body = parse_body(EmbeddingRequest, raw)
+    lap("parse")
+    work = create_embeddings(state, call.principal, config, body)
+    payload, headers = await until_disconnect(request, work)
+    return Response(
+        orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY),
+        media_type="application/json",
+        headers=headers,
+    )
