@@ -19,7 +19,9 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
-from tests.support import TEST_KEY, RunningGateway, stream_tool_calls
+from tests.support import stream_tool_calls
+from tiergate_testing.configs import TEST_KEY
+from tiergate_testing.gateways import RunningGateway
 
 pytestmark = pytest.mark.slow
 
