@@ -339,7 +339,8 @@ class OpenAICompatEngine:
                                 calls.merge(delta["tool_calls"])
                             if choice.get("finish_reason"):
                                 finish = choice["finish_reason"]
-                            logprobs = logprobs_of(choice.get("logprobs"))
+                            raw = choice.get("logprobs")  # mostly absent: no call per chunk
+                            logprobs = logprobs_of(raw) if raw else None
                             if text or logprobs:
                                 chars += len(text)
                                 yield Chunk(text=text, logprobs=logprobs)

@@ -73,6 +73,12 @@ def shortfall(support: TierSupport, request: GenerationRequest) -> InvalidReques
     return None
 
 
+def demands(request: GenerationRequest) -> bool:
+    """Whether the request uses a non-text part or an optional feature: a plain text
+    request fits every tier, so its tiers' support is not worked out (every request)."""
+    return bool(content_modalities(request.messages or ()) or requested_features(request))
+
+
 def fit_tier(
     state: GatewayState,
     principal: Principal,
@@ -80,6 +86,8 @@ def fit_tier(
     request: GenerationRequest,
 ) -> TierDecision:
     """The decision, moved (``auto`` only) to a tier able to serve the request; else 400."""
+    if not demands(request):
+        return decision
     problem = shortfall(tier_support(state, decision.tier), request)
     if problem is None:
         return decision

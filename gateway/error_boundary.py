@@ -76,13 +76,11 @@ class ErrorBoundary:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        progress = {"started": False, "ended": False}
+        last: Message | None = None  # the response's latest message: nothing else per send
 
         async def tracked(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                progress["started"] = True
-            elif message["type"] == "http.response.body" and not message.get("more_body"):
-                progress["ended"] = True
+            nonlocal last
+            last = message
             await send(message)
 
         try:
@@ -91,12 +89,16 @@ class ErrorBoundary:
             request_id = error_request_id()
             log.exception("%s: unhandled error on %s", request_id, scope.get("path"))
             try:
-                if not progress["started"]:
+                if last is None:  # nothing sent: the response has not started
                     await internal_error(request_id).response()(scope, receive, send)
-                elif not progress["ended"]:
+                elif not _ended(last):
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
             except OSError:
                 log.info("%s: the client left before the error could be sent", request_id)
+
+
+def _ended(message: Message) -> bool:
+    return message["type"] == "http.response.body" and not message.get("more_body")
 
 
 def install_error_handling(app: FastAPI) -> None:

@@ -10,6 +10,8 @@ from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import request_response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import (
     InvalidApiKey,
@@ -39,6 +41,11 @@ class GatewayRoute(APIRoute):
     takes FastAPI's own path. The schema is FastAPI's either way.
     """
 
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        super().__init__(path, endpoint, **kwargs)
+        if _direct(self.dependant):
+            self.app = _without_exit_stacks(self, self.app)
+
     def get_route_handler(self) -> Handler:
         general = super().get_route_handler()
         if not _direct(self.dependant):
@@ -60,6 +67,22 @@ class GatewayRoute(APIRoute):
             return await call(**values)
 
         return direct
+
+
+def _without_exit_stacks(route: GatewayRoute, general: ASGIApp) -> ASGIApp:
+    """The route's ASGI app as Starlette builds it: FastAPI's also opens two exit stacks
+    per request for dependencies with ``yield``, which a direct route has none of. With a
+    dependency override, FastAPI's own (its resolver may need them)."""
+    plain = request_response(route.get_route_handler())
+    overrides = route.dependency_overrides_provider
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if overrides is not None and getattr(overrides, "dependency_overrides", None):
+            await general(scope, receive, send)
+        else:
+            await plain(scope, receive, send)
+
+    return app
 
 
 def _direct(dependant: Dependant) -> bool:

@@ -70,7 +70,10 @@ async def respond(
             await run.close()
             raise
         return EventStreamResponse(
-            sse(_settled_first(run, streamed(run)), run.routed.request_id),
+            # Settled before the error event or [DONE]: a client holding the whole answer
+            # has been charged (or journaled), even if this process dies the next moment.
+            # A client that left is settled by ``on_close``.
+            sse(streamed(run), run.routed.request_id, settle=run.close),
             run.headers(),
             on_close=run.close,
             write_timeout_s=run.routed.config.server.write_timeout_s,
@@ -80,21 +83,6 @@ async def respond(
     finally:
         await run.close()
     return Response(payload, media_type="application/json", headers=run.headers())
-
-
-async def _settled_first(
-    run: Execution, bodies: AsyncIterator[dict[str, Any]]
-) -> AsyncIterator[dict[str, Any]]:
-    """The stream's bodies, then its settle, before ``sse`` writes the error event or
-    ``[DONE]``: a client holding the whole answer has been charged (or journaled), even if
-    this process dies the next moment. A client that left is settled by ``on_close``."""
-    try:
-        async for body in bodies:
-            yield body
-    except Exception:  # re-raised: sse turns it into the error event
-        await run.close()
-        raise
-    await run.close()
 
 
 async def _collect(run: Execution, whole: BodyBuilder) -> bytes:

@@ -36,14 +36,21 @@ def header_timeout_protocol(timeout_s: float) -> type[asyncio.Protocol]:
     base: Any = _base_protocol()
 
     class HeaderDeadline(base):  # type: ignore[misc]
+        """One timer per connection, not one per response: a response that completes
+        only moves the deadline, and the timer, when it fires early, waits out the rest."""
+
         _deadline: asyncio.TimerHandle | None = None
+        _due = 0.0  # loop time by which the next request's headers must be in
 
         def _arm(self) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
-            self._deadline = self.loop.call_later(timeout_s, self._expire)
+            self._due = self.loop.time() + timeout_s
+            if self._deadline is None:
+                self._deadline = self.loop.call_at(self._due, self._expire)
 
         def _expire(self) -> None:
+            if self.loop.time() < self._due:  # a response completed since: wait out the rest
+                self._deadline = self.loop.call_at(self._due, self._expire)
+                return
             self._deadline = None
             waiting = self.cycle is None or self.cycle.response_complete
             if waiting and not self.transport.is_closing():

@@ -182,7 +182,8 @@ class Execution:
         if chunk.text or chunk.tool_calls:
             progress = self.progress
             progress.streamed_chunks += 1
-            progress.streamed_bytes += len(chunk.text.encode())
+            text = chunk.text  # its UTF-8 bytes; ASCII text without encoding it (per chunk)
+            progress.streamed_bytes += len(text) if text.isascii() else len(text.encode())
             if progress.first_token_s is None:
                 progress.first_token_s = time.perf_counter() - self.started
 

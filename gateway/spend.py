@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import orjson
 
 from backends.base import GenerationRequest, Usage
-from gateway.part_pricing import non_text_bytes, parts_upper_tokens
+from gateway.part_pricing import non_text_bytes, non_text_parts, parts_upper_tokens
 from policies.schema import GatewayConfig, TenantSpec
 from routers.decision import permitted_tiers
 
@@ -52,7 +52,7 @@ def prompt_upper_tokens(
     budgets = config.budgets
     messages = generation.messages or ()
     parts = 0
-    if messages:
+    if any(True for _ in non_text_parts(messages)):  # text only: no model's rules to look up
         models = config.models() if tier is None else tier_models(config, tier)
         parts = parts_upper_tokens(config, models, messages)
     return (

@@ -31,11 +31,22 @@ def event(body: dict[str, Any]) -> bytes:
 
 
 async def sse(
-    bodies: AsyncIterator[dict[str, Any]], request_id: str = ""
+    bodies: AsyncIterator[dict[str, Any]],
+    request_id: str = "",
+    settle: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncGenerator[bytes, None]:
+    """``settle`` runs once the bodies have ended (in any way but the client leaving),
+    before the error event or ``[DONE]`` is written; what it raises is an error event."""
     try:
-        async for body in bodies:
-            yield event(body)
+        try:
+            async for body in bodies:
+                yield event(body)
+        except Exception:  # re-raised below: it becomes the error event
+            if settle is not None:
+                await settle()
+            raise
+        if settle is not None:
+            await settle()
     except ApiError as exc:
         log.warning("%s: stream failed after the first byte: %s", request_id, exc.detail or exc)
         yield event(exc.body())

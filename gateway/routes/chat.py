@@ -78,8 +78,10 @@ async def _streamed(run: Execution) -> AsyncIterator[dict[str, Any]]:
         if chunk.tool_call_deltas:
             delta["tool_calls"] = [dict(d) for d in chunk.tool_call_deltas]
             streamed_calls = True
-        if delta or chunk.logprobs:
+        if chunk.logprobs:
             yield wire.chunk_body(rid, model, created, delta, None, logprobs_body(chunk.logprobs))
+        elif delta:
+            yield wire.chunk_body(rid, model, created, delta)
         if chunk.finish_reason is not None:
             final: dict[str, Any] = {}
             if chunk.tool_calls and not streamed_calls:
