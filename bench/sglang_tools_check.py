@@ -24,28 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-WEATHER = {
-    "type": "object",
-    "properties": {
-        "city": {"type": "string", "enum": ["Paris", "London", "Tokyo"]},
-        "days": {"type": "integer", "minimum": 1, "maximum": 7},
-    },
-    "required": ["city", "days"],
-    "additionalProperties": False,
-}
-TIME = {
-    "type": "object",
-    "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
-    "required": ["zone"],
-    "additionalProperties": False,
-}
-TOOLS: list[Any] = [
-    {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
-    {"type": "function", "function": {"name": "get_time", "parameters": TIME}},
-]
-SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
-ASK = [{"role": "user", "content": "What is the weather in Paris for the next 3 days?"}]
-NAMED: Any = {"type": "function", "function": {"name": "get_weather"}}
+from tiergate_testing.tools import ASK, NAMED, SCHEMAS, TOOLS, stream_tool_calls
 
 
 def engine_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -89,8 +68,6 @@ def one_call(client: Any, choice: Any) -> dict[str, Any]:
 
 
 def streamed_equals_whole(client: Any, choice: Any) -> dict[str, Any]:
-    from tests.support import stream_tool_calls
-
     params: Any = {
         "model": "small",
         "messages": ASK,

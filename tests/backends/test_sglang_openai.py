@@ -19,34 +19,16 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
-from tests.support import stream_tool_calls
 from tiergate_testing.configs import TEST_KEY
 from tiergate_testing.gateways import RunningGateway
+from tiergate_testing.tools import NAMED, SCHEMAS, TIME, stream_tool_calls
+from tiergate_testing.tools import TOOLS as TOOLS_WEATHER_FIRST
 
 pytestmark = pytest.mark.slow
 
-WEATHER = {
-    "type": "object",
-    "properties": {
-        "city": {"type": "string", "enum": ["Paris", "London", "Tokyo"]},
-        "days": {"type": "integer", "minimum": 1, "maximum": 7},
-    },
-    "required": ["city", "days"],
-    "additionalProperties": False,
-}
-TIME = {
-    "type": "object",
-    "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
-    "required": ["zone"],
-    "additionalProperties": False,
-}
-TOOLS: list[Any] = [
-    {"type": "function", "function": {"name": "get_time", "parameters": TIME}},
-    {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
-]
-SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
+# get_time first: a named choice must pick the second tool, not the first.
+TOOLS: list[Any] = TOOLS_WEATHER_FIRST[::-1]
 ASK = [{"role": "user", "content": [{"type": "text", "text": "Weather in Paris, 3 days?"}]}]
-NAMED: Any = {"type": "function", "function": {"name": "get_weather"}}
 CHOICES: dict[str, Any] = {"auto": "auto", "required": "required", "named": NAMED}
 
 

@@ -13,36 +13,11 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
-from tests.support import stream_tool_calls
 from tiergate_testing.configs import TEST_KEY
 from tiergate_testing.gateways import RunningGateway
+from tiergate_testing.tools import ASK, NAMED, SCHEMAS, TOOLS, stream_tool_calls
 
 pytestmark = pytest.mark.slow
-
-# Bounded schemas: a random model under a constraint still writes valid JSON, but an
-# unbounded string or number could run until max_tokens.
-WEATHER = {
-    "type": "object",
-    "properties": {
-        "city": {"type": "string", "enum": ["Paris", "London", "Tokyo"]},
-        "days": {"type": "integer", "minimum": 1, "maximum": 7},
-    },
-    "required": ["city", "days"],
-    "additionalProperties": False,
-}
-TIME = {
-    "type": "object",
-    "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
-    "required": ["zone"],
-    "additionalProperties": False,
-}
-TOOLS: list[Any] = [
-    {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
-    {"type": "function", "function": {"name": "get_time", "parameters": TIME}},
-]
-SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
-ASK = [{"role": "user", "content": "What is the weather in Paris for the next 3 days?"}]
-NAMED: Any = {"type": "function", "function": {"name": "get_weather"}}
 
 
 @pytest.fixture

@@ -14,21 +14,13 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from tests.support import stream_tool_calls
 from tiergate_testing.configs import TEST_KEY, smollm2_config
 from tiergate_testing.gateways import RunningGateway, running_gateway
+from tiergate_testing.tools import ASK, NAMED, stream_tool_calls
+from tiergate_testing.tools import WEATHER as WEATHER_SCHEMA
 
 pytestmark = pytest.mark.slow
 
-WEATHER_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "city": {"type": "string", "enum": ["Paris", "London", "Tokyo"]},
-        "days": {"type": "integer", "minimum": 1, "maximum": 7},
-    },
-    "required": ["city", "days"],
-    "additionalProperties": False,
-}
 TOOLS: list[Any] = [
     {
         "type": "function",
@@ -47,8 +39,6 @@ TOOLS: list[Any] = [
         },
     },
 ]
-ASK = [{"role": "user", "content": "What is the weather in Paris for the next 3 days?"}]
-NAMED: Any = {"type": "function", "function": {"name": "get_weather"}}
 
 
 @pytest.fixture(scope="module")
