@@ -9,12 +9,14 @@ Ties in a score (the length router has many) are broken at random, seeded.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 QUANTILES = np.linspace(0.0, 1.0, 11)
 CPT_GRID = np.linspace(0.0, 1.0, 101)
 
@@ -81,15 +83,27 @@ def apgr_difference_ci(
 
     Rows are resampled with replacement and both routers scored on each resample, so the
     interval is the sampling noise of the *difference* on a benchmark of this size."""
-    rng = np.random.default_rng(seed)
-    n = len(weak)
-    diffs = []
-    for _ in range(draws):
-        rows = rng.integers(0, n, n)
+
+    def difference(rows: IntArray) -> float | None:
         w, s = weak[rows], strong[rows]
-        if s.mean() - w.mean() <= 0:
-            continue
-        diffs.append(apgr(first[rows], w, s, seed) - apgr(second[rows], w, s, seed))
+        if s.mean() - w.mean() <= 0:  # no gap to recover on this resample
+            return None
+        return apgr(first[rows], w, s, seed) - apgr(second[rows], w, s, seed)
+
+    return paired_bootstrap(len(weak), difference, draws, seed, level)
+
+
+def paired_bootstrap(
+    n: int,
+    difference: Callable[[IntArray], float | None],
+    draws: int,
+    seed: int,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """The ``level`` interval of ``difference(rows)`` over ``draws`` resamples of ``n`` rows
+    with replacement (a resample it answers None for is skipped; none left: NaNs)."""
+    rng = np.random.default_rng(seed)
+    diffs = [d for _ in range(draws) if (d := difference(rng.integers(0, n, n))) is not None]
     if not diffs:
         return float("nan"), float("nan")
     tail = (1.0 - level) / 2 * 100
@@ -227,16 +241,14 @@ def three_tier_difference_ci(
     seed: int = 0,
 ) -> tuple[float, float]:
     """Paired bootstrap 95 % interval of the best-accuracy difference of two scores."""
-    rng = np.random.default_rng(seed)
-    diffs = []
-    for _ in range(draws):
-        rows = rng.integers(0, len(first), len(first))
+
+    def difference(rows: IntArray) -> float:
         c, k = correct[rows], cost[rows]
         a = best_three_tier(first[rows], c, k, budget, seed, step=0.02).accuracy
         b = best_three_tier(second[rows], c, k, budget, seed, step=0.02).accuracy
-        diffs.append(a - b)
-    lo, hi = np.percentile(diffs, [2.5, 97.5])
-    return float(lo), float(hi)
+        return a - b
+
+    return paired_bootstrap(len(first), difference, draws, seed)
 
 
 def random_three_tier(
