@@ -242,13 +242,7 @@ class OpenAICompatEngine:
         if session is None:
             raise EngineUnavailable(f"{self.name} is not started")
         payload = orjson.dumps({**body, "model": self.upstream_model})
-        response = await self._open(session, self._urls["/embeddings"], payload)
-        try:
-            raw = await response.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise self._broken(exc) from exc
-        finally:
-            response.release()
+        raw = await self._read(session, self._urls["/embeddings"], payload)
         try:
             data: dict[str, Any] = orjson.loads(raw)
             if not isinstance(data["data"], list):
@@ -274,16 +268,19 @@ class OpenAICompatEngine:
             raise map_status(response.status, _error_message(response.status, raw))
         return response
 
-    async def _whole(self, session: aiohttp.ClientSession, request: GenerationRequest) -> Chunk:
-        url, body = self._payload(request, stream=False)
+    async def _read(self, session: aiohttp.ClientSession, url: URL, body: bytes) -> bytes:
+        """POST ``body`` and read the whole 200 answer."""
         response = await self._open(session, url, body)
         try:
-            raw = await response.read()
+            return await response.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise self._broken(exc) from exc
         finally:
             # Unread (cancelled, failed): aiohttp closes the connection, and the server aborts.
             response.release()
+
+    async def _whole(self, session: aiohttp.ClientSession, request: GenerationRequest) -> Chunk:
+        raw = await self._read(session, *self._payload(request, stream=False))
         try:
             data = orjson.loads(raw)
             choice = data["choices"][0]
