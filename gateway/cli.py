@@ -74,6 +74,7 @@ BENCHMARKS = {  # name -> module under bench/ (run as ``python -m bench.<module>
     "overhead": "overhead",  # tiergate vs LiteLLM proxy, passthrough and full pipeline
     "classify": "classify_latency",
     "embed-cpu": "embed_cpu",  # CPU ms per embedding: gateway side and embedder worker
+    "onnx-rows": "onnx_rows",  # one ONNX run per text vs batched rows: CPU and cosine
     "pipeline-cpu": "pipeline_cpu",  # CPU ms per `auto` request, every process
     "cache": "cache_latency",
     "cache-pairs": "cache_pairs",

@@ -51,6 +51,9 @@ class TrainOptions:
     # lengths of ``features.DOMAIN_LENGTHS``: log-length inside code, inside multiple choice.
     stack_features: tuple[str, ...] = ()
     golden_weight: float = 1.0  # row weight of the golden sample (the evaluation's models)
+    # Also fit P(needs large) on the golden rows: their weak model (Mixtral-8x7B) is the
+    # three-tier set's medium tier and their strong one (GPT-4-1106) its large tier.
+    golden_large: bool = False
 
 
 def feature_matrix(examples: Sequence[Example]) -> Array:
@@ -191,6 +194,14 @@ def _intercept(logit: F64, y: F64, w: F64) -> float:
     return (lo + hi) / 2
 
 
+def _large_label(example: Example, options: TrainOptions) -> float | None:
+    """P(needs large): the three-tier rows' own label; with ``golden_large`` also the
+    golden rows' "Mixtral wrong, GPT-4 right" (the same as their ``label``)."""
+    if example.large is not None or not (options.golden_large and example.source == "golden"):
+        return example.large
+    return example.label
+
+
 def fit(
     examples: Sequence[Example],
     vectors: Array,
@@ -238,9 +249,10 @@ def fit(
     coefs = [combined[:-1]]
     intercepts = [float(combined[-1])]
     out_heads = [HEAD_MORE]
-    large = [i for i, e in enumerate(examples) if e.large is not None]
+    large_labels = [_large_label(e, options) for e in examples]
+    large = [i for i, y in enumerate(large_labels) if y is not None]
     if len(large) >= MIN_LARGE_LABELS:
-        y_large = np.array([examples[i].large for i in large], dtype=np.float64)
+        y_large = np.array([large_labels[i] for i in large], dtype=np.float64)
         coef, intercept = _fit_head(
             z[large],
             y_large,
@@ -271,6 +283,7 @@ def fit(
             "length_stack": options.length_stack,
             "stack_features": list(options.stack_features),
             "golden_weight": options.golden_weight,
+            "golden_large": options.golden_large,
             "examples": len(labelled),
             **(info or {}),
         },

@@ -222,3 +222,29 @@ def test_calibration_beats_the_raw_ranker_on_held_out_families() -> None:
     # the stacked out-of-family fit shrinks it towards what it can actually predict
     assert errors[3][0] < errors[0][0] - 0.1
     assert errors[3][1] < errors[0][1] - 0.1
+
+
+def test_golden_large_fits_the_large_head_on_the_golden_rows_too() -> None:
+    """Golden rows carry no three-tier label; with ``golden_large`` their "Mixtral wrong,
+    GPT-4 right" (Mixtral = the medium tier, GPT-4 = the large one) joins P(needs large),
+    and the main score is left exactly as it was."""
+    from routers.classifier import HEAD_LARGE
+
+    three_tier = [e for e in datasets.shared_splits().train if e.large is not None]
+    pool = three_tier[:: max(len(three_tier) // 250, 1)][:250]
+    golden = [e for e, held in datasets.load_golden() if not held][:250]
+    assert len(pool) >= 200 and all(e.large is None for e in golden)
+    examples = pool + golden
+    vectors = fake_vectors(examples)
+    plain = fit(examples, vectors, "t", TrainOptions(calibration_folds=0))
+    both = fit(examples, vectors, "t", TrainOptions(calibration_folds=0, golden_large=True))
+    assert plain.heads == both.heads and HEAD_LARGE in both.heads
+    assert np.array_equal(plain.coef[0], both.coef[0])
+    assert not np.allclose(plain.coef[1], both.coef[1])
+    assert both.info["golden_large"] is True and plain.info["golden_large"] is False
+    # the golden rows' labels reached the large head (in sample: it has seen them)
+    p = both.probabilities(
+        fake_vectors(golden), np.stack([text_features(e.messages, e.text) for e in golden])
+    )
+    labels = np.array([e.label for e in golden])
+    assert p[labels == 1, 1].mean() > p[labels == 0, 1].mean()
