@@ -24,6 +24,7 @@ from gateway.spend import (
     worst_cases,
 )
 from gateway.state import GatewayState
+from gateway.timing import timed
 from policies.budget import GLOBAL_SCOPE, Denied, Reservation
 from policies.ledger import SpendEvent, now
 from policies.schema import GatewayConfig
@@ -254,6 +255,33 @@ async def record_denied(state: GatewayState, routed: Admitted, outcome: Outcome)
         await state.ledger.record(event)
     except StoreUnavailable as exc:
         log.warning("could not record a denied request: %s", exc)
+
+
+def settle_later(
+    state: GatewayState, routed: Admitted, ticket: Ticket | None, outcome: Outcome
+) -> asyncio.Task[None] | None:
+    """Settle ``ticket`` (or record the refusal in ``outcome.denied``) in a task of its own,
+    held in ``state.background`` so that a request cancelled meanwhile still settles; None
+    when there is nothing to settle. The task never raises."""
+    if ticket is None and outcome.denied is None:
+        return None
+    task = asyncio.ensure_future(_settle_logged(state, routed, ticket, outcome))
+    state.background.add(task)
+    task.add_done_callback(state.background.discard)
+    return task
+
+
+async def _settle_logged(
+    state: GatewayState, routed: Admitted, ticket: Ticket | None, outcome: Outcome
+) -> None:
+    try:
+        with timed("budget.settle"):
+            if ticket is not None:
+                await settle(state, routed, ticket, outcome)
+            else:
+                await record_denied(state, routed, outcome)
+    except Exception:  # any failure: log it; it must never turn an answer into a 500
+        log.exception("settling %s failed", routed.request_id)
 
 
 def keep_alive(

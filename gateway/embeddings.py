@@ -193,21 +193,9 @@ class EmbeddingRun:
         outcome = self.end(Usage(0, 0), "cancelled")
         if self._heartbeat is not None:
             self._heartbeat.cancel()
-        if self.ticket is None and outcome.denied is None:
-            return
-        settling = asyncio.ensure_future(self._settle(outcome))
-        self.state.background.add(settling)
-        settling.add_done_callback(self.state.background.discard)
-        await asyncio.shield(settling)
-
-    async def _settle(self, outcome: Outcome) -> None:
-        try:
-            if self.ticket is not None:
-                await budgeting.settle(self.state, self.call, self.ticket, outcome)
-            else:
-                await budgeting.record_denied(self.state, self.call, outcome)
-        except Exception:  # any failure: log it; it must never turn an answer into a 500
-            log.exception("settling %s failed", self.call.request_id)
+        settling = budgeting.settle_later(self.state, self.call, self.ticket, outcome)
+        if settling is not None:
+            await asyncio.shield(settling)
 
 
 def _remote_engine(state: GatewayState, engine: str) -> EmbeddingEngine:

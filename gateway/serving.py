@@ -281,23 +281,10 @@ class Execution:
         outcome = self._end("cancelled")
         if self._heartbeat is not None:
             self._heartbeat.cancel()
-        if self.ticket is None and outcome.denied is None:
-            return
         if self._settling is None:
-            self._settling = asyncio.ensure_future(self._settle(outcome))
-            self.state.background.add(self._settling)
-            self._settling.add_done_callback(self.state.background.discard)
-        await asyncio.shield(self._settling)
-
-    async def _settle(self, outcome: Outcome) -> None:
-        try:
-            with timed("budget.settle"):
-                if self.ticket is not None:
-                    await budgeting.settle(self.state, self.routed, self.ticket, outcome)
-                else:
-                    await budgeting.record_denied(self.state, self.routed, outcome)
-        except Exception:  # any failure: log it; it must never turn an answer into a 500
-            log.exception("settling %s failed", self.routed.request_id)
+            self._settling = budgeting.settle_later(self.state, self.routed, self.ticket, outcome)
+        if self._settling is not None:
+            await asyncio.shield(self._settling)
 
     def headers(self) -> dict[str, str]:
         """From the ``Outcome`` once the request has ended (a whole answer), else from

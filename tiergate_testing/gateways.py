@@ -62,6 +62,29 @@ class RunningGateway:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
 
+async def concurrent_chats(base_urls: Sequence[str], n: int, **params: Any) -> list[Any]:
+    """``n`` chat completions at once with the official async client, dealt round-robin
+    over the gateways; each result is the completion or the ``APIStatusError`` it raised."""
+    import openai
+
+    clients = [
+        openai.AsyncOpenAI(base_url=url + "/v1", api_key=TEST_KEY, max_retries=0)
+        for url in base_urls
+    ]
+
+    async def call(i: int) -> Any:
+        try:
+            return await clients[i % len(clients)].chat.completions.create(**params)
+        except openai.APIStatusError as exc:
+            return exc
+
+    try:
+        return list(await asyncio.gather(*(call(i) for i in range(n))))
+    finally:
+        for client in clients:
+            await client.close()
+
+
 @contextmanager
 def running_gateway(
     config: dict[str, Any] | GatewayConfig,

@@ -1,10 +1,12 @@
 """The tool-calling fixtures the drop-in tests and the SGLang GPU check share: two
 functions with bounded schemas (a random model under a constraint still writes valid
 JSON, but an unbounded string or number could run until max_tokens), the question that
-asks for one, and the assembly of streamed tool-call deltas."""
+asks for one, the checks of a single call and the turn that answers it, and the assembly
+of streamed tool-call deltas."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 WEATHER = {
@@ -29,6 +31,32 @@ TOOLS: list[Any] = [
 SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
 ASK = [{"role": "user", "content": "What is the weather in Paris for the next 3 days?"}]
 NAMED: Any = {"type": "function", "function": {"name": "get_weather"}}
+
+
+def single_tool_call(completion: Any, named: bool) -> Any:
+    """The completion's one tool call, checked: finish reason ``tool_calls``, no text beside
+    it, an id, ``get_weather`` when the choice ``named`` it, arguments valid for its schema."""
+    import jsonschema
+
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    message = choice.message
+    assert not message.content and message.tool_calls and len(message.tool_calls) == 1
+    call = message.tool_calls[0]
+    assert call.id and call.type == "function"
+    if named:
+        assert call.function.name == "get_weather"
+    jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
+    return call
+
+
+def tool_result_turn(ask: list[Any], completion: Any, call: Any) -> list[Any]:
+    """The loop's second leg: the question, the assistant's call, the tool's result."""
+    return [
+        *ask,
+        completion.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": '{"forecast": "sunny"}'},
+    ]
 
 
 def stream_tool_calls(

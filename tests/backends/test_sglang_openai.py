@@ -14,14 +14,19 @@ import json
 from typing import Any, Literal
 
 import httpx
-import jsonschema
 import openai
 import pytest
 from pydantic import BaseModel, Field
 
 from tiergate_testing.configs import TEST_KEY
 from tiergate_testing.gateways import RunningGateway
-from tiergate_testing.tools import NAMED, SCHEMAS, TIME, stream_tool_calls
+from tiergate_testing.tools import (
+    NAMED,
+    TIME,
+    single_tool_call,
+    stream_tool_calls,
+    tool_result_turn,
+)
 from tiergate_testing.tools import TOOLS as TOOLS_WEATHER_FIRST
 
 pytestmark = pytest.mark.slow
@@ -42,19 +47,9 @@ def test_two_turn_tool_loop(client: openai.OpenAI, choice: str) -> None:
     first = client.chat.completions.create(
         model="small", messages=ASK, tools=TOOLS, tool_choice=CHOICES[choice], max_tokens=80
     )
-    message = first.choices[0].message
-    assert first.choices[0].finish_reason == "tool_calls"
-    assert not message.content and message.tool_calls and len(message.tool_calls) == 1
-    call: Any = message.tool_calls[0]
-    assert call.id.startswith("call_") and call.type == "function"
-    if choice == "named":
-        assert call.function.name == "get_weather"
-    jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
-    history: list[Any] = [
-        *ASK,
-        message.model_dump(exclude_none=True),
-        {"role": "tool", "tool_call_id": call.id, "content": '{"forecast": "sunny"}'},
-    ]
+    call = single_tool_call(first, named=choice == "named")
+    assert call.id.startswith("call_")
+    history = tool_result_turn(ASK, first, call)
     second = client.chat.completions.create(
         model="small", messages=history, tools=TOOLS, max_tokens=12
     )

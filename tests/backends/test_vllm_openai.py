@@ -8,14 +8,20 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-import jsonschema
 import openai
 import pytest
 from pydantic import BaseModel, Field
 
 from tiergate_testing.configs import TEST_KEY
 from tiergate_testing.gateways import RunningGateway
-from tiergate_testing.tools import ASK, NAMED, SCHEMAS, TOOLS, stream_tool_calls
+from tiergate_testing.tools import (
+    ASK,
+    NAMED,
+    TOOLS,
+    single_tool_call,
+    stream_tool_calls,
+    tool_result_turn,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -31,20 +37,9 @@ def test_two_turn_tool_loop(client: openai.OpenAI, choice: str) -> None:
     first = client.chat.completions.create(
         model="small", messages=ASK, tools=TOOLS, tool_choice=tool_choice, max_tokens=60, seed=1
     )
-    message = first.choices[0].message
-    assert first.choices[0].finish_reason == "tool_calls"
-    assert not message.content and message.tool_calls and len(message.tool_calls) == 1
-    call: Any = message.tool_calls[0]
-    assert call.id and call.type == "function"
-    if choice == "named":
-        assert call.function.name == "get_weather"
-    jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
+    call = single_tool_call(first, named=choice == "named")
     # The second leg: the call and the tool's result, rendered by the engine's template.
-    history: list[Any] = [
-        *ASK,
-        message.model_dump(exclude_none=True),
-        {"role": "tool", "tool_call_id": call.id, "content": '{"forecast": "sunny"}'},
-    ]
+    history = tool_result_turn(ASK, first, call)
     second = client.chat.completions.create(
         model="small", messages=history, tools=TOOLS, tool_choice="none", max_tokens=12
     )

@@ -28,7 +28,7 @@ from policies.spending import tenant_scopes
 from policies.store import key_prefix
 from tests.gateway.budget_support import REDIS_URL, BudgetProbe, budget_config, redis_prefix
 from tiergate_testing.configs import OTHER_KEY, TEST_KEY, fake_config
-from tiergate_testing.gateways import RunningGateway, running_gateway
+from tiergate_testing.gateways import RunningGateway, concurrent_chats, running_gateway
 from tiergate_testing.upstream import Profile, Upstream
 
 ADMIN_KEY = "tg-admin-key-for-lifecycle-tests"
@@ -122,7 +122,10 @@ def test_the_engine_never_runs_past_the_reserved_cap_across_replicas() -> None:
         raw["budgets"] = {"max_output_tokens": {"fake-small": 8}}
         raw["tenants"]["acme"]["budget"] = {"limit_usd": limit, "window": "total"}
         with running_gateway(raw) as one, running_gateway(raw) as two:
-            replies = asyncio.run(_spend(one, two, 40))
+            urls = [one.base_url, two.base_url]
+            replies = asyncio.run(
+                concurrent_chats(urls, 40, model="small", messages=MESSAGES, max_tokens=200)
+            )
             scopes = tenant_scopes(one.state.config, "acme")
         probe = BudgetProbe(prefix)
         assert probe.wait_no_holds() == 0
@@ -138,29 +141,6 @@ def test_the_engine_never_runs_past_the_reserved_cap_across_replicas() -> None:
     assert len(events) == len(served)
     assert spent == pytest.approx(sum(e.cost_usd for e in events))
     assert spent <= limit + 1e-12
-
-
-async def _spend(one: RunningGateway, two: RunningGateway, n: int) -> list[Any]:
-    clients = [
-        openai.AsyncOpenAI(base_url=g.base_url + "/v1", api_key=TEST_KEY, max_retries=0)
-        for g in (one, two)
-    ]
-
-    async def call(i: int) -> Any:
-        try:
-            return await clients[i % 2].chat.completions.create(
-                model="small",
-                messages=MESSAGES,  # type: ignore[arg-type]
-                max_tokens=200,
-            )
-        except openai.APIStatusError as exc:
-            return exc
-
-    try:
-        return list(await asyncio.gather(*(call(i) for i in range(n))))
-    finally:
-        for client in clients:
-            await client.close()
 
 
 def test_a_settle_that_fails_never_fails_the_answer(caplog: pytest.LogCaptureFixture) -> None:

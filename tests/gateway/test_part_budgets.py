@@ -20,8 +20,7 @@ from gateway.wire.chat import ChatCompletionRequest
 from policies.schema import GatewayConfig
 from policies.spending import tenant_scopes
 from tests.gateway.budget_support import BudgetProbe, budget_config, redis_prefix
-from tiergate_testing.configs import TEST_KEY
-from tiergate_testing.gateways import RunningGateway, running_gateway
+from tiergate_testing.gateways import RunningGateway, concurrent_chats, running_gateway
 from tiergate_testing.upstream import (
     GREETING,
     IMAGE_TOKENS,
@@ -74,32 +73,15 @@ def fleet() -> Iterator[tuple[RunningGateway, RunningGateway, UpstreamStats, Bud
             yield one, two, up.stats, BudgetProbe(prefix)
 
 
-async def _ask(gateways: list[RunningGateway], model: str, n: int) -> list[Any]:
-    clients = [
-        openai.AsyncOpenAI(base_url=g.base_url + "/v1", api_key=TEST_KEY, max_retries=0)
-        for g in gateways
-    ]
-
-    async def call(i: int) -> Any:
-        try:
-            return await clients[i % len(clients)].chat.completions.create(
-                model=model,
-                messages=[{"role": "user", "content": CONTENT}],  # type: ignore[misc,list-item]
-                max_tokens=WORDS,
-            )
-        except openai.APIStatusError as exc:
-            return exc
-
-    try:
-        return list(await asyncio.gather(*(call(i) for i in range(n))))
-    finally:
-        for client in clients:
-            await client.close()
+def _ask(gateways: list[RunningGateway], model: str, n: int) -> list[Any]:
+    urls = [g.base_url for g in gateways]
+    messages = [{"role": "user", "content": CONTENT}]
+    return asyncio.run(concurrent_chats(urls, n, model=model, messages=messages, max_tokens=WORDS))
 
 
 def test_concurrent_image_requests_never_settle_past_the_budget(fleet: Any) -> None:
     one, two, log, probe = fleet
-    replies = asyncio.run(_ask([one, two], "vision", 30))
+    replies = _ask([one, two], "vision", 30)
     assert probe.wait_no_holds() == 0
     scopes = tenant_scopes(one.state.config, "acme")
     spent = probe.status(scopes)["tenant:acme"].spent_usd
@@ -118,7 +100,7 @@ def test_concurrent_image_requests_never_settle_past_the_budget(fleet: Any) -> N
 
 def test_a_tier_that_cannot_price_images_refuses_them_untouched(fleet: Any) -> None:
     one, _, log, probe = fleet
-    (reply,) = asyncio.run(_ask([one], "bare", 1))
+    (reply,) = _ask([one], "bare", 1)
     assert isinstance(reply, openai.BadRequestError)
     assert reply.code == "unsupported_content"
     assert reply.param == "messages[0].content[1]"
@@ -130,7 +112,7 @@ def test_a_tier_that_cannot_price_images_refuses_them_untouched(fleet: Any) -> N
 
 def test_an_answer_without_usage_is_charged_the_reserved_worst_case(fleet: Any) -> None:
     one, _, log, probe = fleet
-    (reply,) = asyncio.run(_ask([one], "silent", 1))
+    (reply,) = _ask([one], "silent", 1)
     assert not isinstance(reply, openai.APIStatusError), reply
     config: GatewayConfig = one.state.config
     body = {"model": "silent", "messages": [{"role": "user", "content": CONTENT}]}
