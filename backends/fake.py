@@ -1,14 +1,23 @@
 """A protocol fake: deterministic text at a set pace, with fault injection for tests.
 
 It implements ``Engine`` exactly as the real backends do (counters, cancellation,
-load, overload), so tests that use it exercise the same code paths.
+load, overload), so tests that use it exercise the same code paths. It keeps nothing
+per request (a load experiment on it runs in constant memory).
+
+With ``tools`` it declares tool calling; ``tool_script`` rules make it call a tool the
+way a model would: when the last message is the user's and contains a rule's ``when``
+(case-insensitive) and the request offers that tool, it streams that call; when the
+last message is a tool result, it answers in text that quotes the result's start.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from backends.base import (
     Chunk,
@@ -20,11 +29,37 @@ from backends.base import (
 )
 from backends.errors import EngineOverloaded, EngineUnavailable, UpstreamFailed, UpstreamRejected
 
+TOOL_FEATURES = frozenset({"tools", "tool_choice", "parallel_tool_calls"})
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRule:
+    when: str  # a substring of the last user message (case-insensitive)
+    call: str  # the tool to call
+    arguments: Mapping[str, Any]
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: their text
+        return " ".join(str(p.get("text") or "") for p in content if isinstance(p, Mapping))
+    return ""
+
 
 def _prompt_text(request: GenerationRequest) -> str:
     if request.prompt is not None:
         return request.prompt
-    return "\n".join(str(m.get("content") or "") for m in request.messages or ())
+    return "\n".join(_text(m.get("content")) for m in request.messages or ())
+
+
+def _tool_names(request: GenerationRequest) -> set[str]:
+    names = set()
+    for tool in request.tools or ():
+        function = tool.get("function")
+        if isinstance(function, Mapping) and isinstance(function.get("name"), str):
+            names.add(function["name"])
+    return names
 
 
 class FakeEngine:
@@ -39,18 +74,24 @@ class FakeEngine:
         max_running: int = 64,
         fail_after_tokens: int | None = None,
         dead: bool = False,
+        tools: bool = False,
+        tool_script: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         self.name = name
         self.model = model
         self.counters = EngineCounters()
-        self.capabilities: frozenset[str] = frozenset()  # text generation only
+        # Text generation only, unless it plays a tool-calling model.
+        self.capabilities: frozenset[str] = TOOL_FEATURES if tools else frozenset()
         self.tokens = tokens
         self.token_delay_s = token_delay_s
         self.first_token_delay_s = first_token_delay_s
         self.max_running = max_running
         self.fail_after_tokens = fail_after_tokens
         self.dead = dead
-        self.seen: list[GenerationRequest] = []
+        self.tool_script = tuple(
+            ToolRule(str(r["when"]).lower(), str(r["call"]), dict(r.get("arguments") or {}))
+            for r in tool_script
+        )
 
     async def start(self) -> None:
         return None
@@ -68,6 +109,22 @@ class FakeEngine:
         ).hexdigest()
         return [f" w{digest[i % 60 : i % 60 + 4]}" for i in range(self.tokens)]
 
+    def scripted_call(self, request: GenerationRequest) -> ToolRule | None:
+        """The rule whose tool this request should call, if any."""
+        last = (request.messages or ({},))[-1]
+        if not self.tool_script or last.get("role") != "user" or request.tool_choice == "none":
+            return None
+        text, offered = _text(last.get("content")).lower(), _tool_names(request)
+        return next((r for r in self.tool_script if r.when in text and r.call in offered), None)
+
+    def tool_reply(self, request: GenerationRequest) -> list[str] | None:
+        """After a tool result, words that quote its start (so a test sees it arrived)."""
+        last = (request.messages or ({},))[-1]
+        if not self.tool_script or last.get("role") != "tool":
+            return None
+        quoted = " ".join(_text(last.get("content")).split()[:8])
+        return [f" {w}" for w in f"The tool returned: {quoted}".split()]
+
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
         if self.dead:
             raise EngineUnavailable(f"{self.name} is dead")
@@ -76,10 +133,15 @@ class FakeEngine:
             raise UpstreamRejected(f"the fake backend cannot honour {field}", status=400)
         if self.counters.active >= self.max_running:
             raise EngineOverloaded(f"{self.name} is full")
-        self.seen.append(request)
         self.counters.started += 1
+        rule = self.scripted_call(request)
+        if rule is not None:
+            async for chunk in self._call(request, rule):
+                yield chunk
+            return
         limit = request.sampling.max_tokens or self.tokens
-        words = self.words(request)[:limit]
+        source = self.tool_reply(request) or self.words(request)
+        words = source[:limit]
         sent = 0
         try:
             if self.first_token_delay_s:
@@ -98,6 +160,30 @@ class FakeEngine:
             self.counters.aborted += 1
             raise
         self.counters.finished += 1
-        finish = "length" if len(words) < self.tokens else "stop"
+        finish = "length" if len(words) < len(source) else "stop"
         prompt_tokens = len(_prompt_text(request).split())
         yield Chunk(finish_reason=finish, usage=Usage(prompt_tokens, sent))
+
+    async def _call(self, request: GenerationRequest, rule: ToolRule) -> AsyncIterator[Chunk]:
+        """One tool call, streamed as a model's: its head, then its arguments in pieces."""
+        digest = hashlib.sha256(_prompt_text(request).encode()).hexdigest()
+        call_id, arguments = f"call_{digest[:24]}", json.dumps(dict(rule.arguments))
+        head = {"index": 0, "id": call_id, "type": "function"}
+        pieces = [arguments[i : i + 8] for i in range(0, len(arguments), 8)] or [""]
+        try:
+            if self.first_token_delay_s:
+                await asyncio.sleep(self.first_token_delay_s)
+            yield Chunk(tool_call_deltas=({**head, "function": {"name": rule.call}},))
+            for piece in pieces:
+                if self.token_delay_s:
+                    await asyncio.sleep(self.token_delay_s)
+                self.counters.generated_tokens += 1
+                yield Chunk(tool_call_deltas=({"index": 0, "function": {"arguments": piece}},))
+        except BaseException:
+            self.counters.aborted += 1
+            raise
+        self.counters.finished += 1
+        whole = {**head, "function": {"name": rule.call, "arguments": arguments}}
+        del whole["index"]
+        usage = Usage(len(_prompt_text(request).split()), len(pieces))
+        yield Chunk(finish_reason="tool_calls", usage=usage, tool_calls=(whole,))

@@ -24,6 +24,16 @@ class EngineOptions(BaseModel):
         return self.model_dump(exclude_unset=True)
 
 
+class FakeToolRule(BaseModel):
+    """A scripted tool call: when the last user message contains ``when``, call ``call``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    when: str = Field(min_length=1)
+    call: str = Field(min_length=1)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
 class FakeOptions(EngineOptions):
     tokens: int = Field(16, ge=0)
     token_delay_s: float = Field(0.0, ge=0)
@@ -31,6 +41,8 @@ class FakeOptions(EngineOptions):
     max_running: int = Field(64, ge=1)
     fail_after_tokens: int | None = Field(None, ge=0)
     dead: bool = False
+    tools: bool = False  # declare tool calling (the script below makes the calls)
+    tool_script: tuple[FakeToolRule, ...] = ()
 
 
 class LlamaCppOptions(EngineOptions):
