@@ -92,6 +92,14 @@ class ApiKey(Frozen):
 DEFAULT_SEMANTIC_THRESHOLD = 0.85
 
 
+class VerifyTarget(Frozen):
+    """A learned verifier decides what the rules leave open (routers/semantic_veto.py):
+    at most this share of the near-miss candidates that reach it may be served, the
+    threshold set from the calibration table shipped with the model (docs/cache.md)."""
+
+    max_wrong_rate: float = Field(gt=0.0, le=0.1)
+
+
 class CachePolicy(Frozen):
     """One tenant's prompt cache: what is stored, for how long, and what a hit costs."""
 
@@ -105,9 +113,10 @@ class CachePolicy(Frozen):
     semantic: bool = True
     semantic_threshold: float = Field(DEFAULT_SEMANTIC_THRESHOLD, gt=0.0, le=1.0)
     # After the similarity test: "strict" serves a hit only when every difference between
-    # the two questions keeps the meaning (routers/semantic_verify.py); "guard" trades
-    # precision for recall (numbers, negations, units, names only; docs/cache.md).
-    semantic_verify: Literal["strict", "guard"] = "strict"
+    # the two questions keeps the meaning (routers/semantic_verify.py), the zero-risk
+    # setting; {max_wrong_rate: R} lets the learned verifier accept what the rules leave
+    # open at that error bound; "guard" trades precision for recall (docs/cache.md).
+    semantic_verify: Literal["strict", "guard"] | VerifyTarget = "strict"
     # Share of the original cost a hit is charged: 0 = free, 1 = full price.
     hit_charge: float = Field(0.0, ge=0.0, le=1.0)
 
@@ -135,6 +144,8 @@ class CacheConfig(Frozen):
     # The semantic cache needs the sentence embedder (sentence-transformers, torch).
     semantic: bool = False
     embedder_model: str | None = None
+    # The learned verifier's folder (ONNX + tokenizer + calibration); None: the shipped one.
+    verifier_model: str | None = None
     # Where semantic vectors are searched: auto = Redis 8 vector sets when the server has
     # them, else a per-replica index synced through a Redis stream (memory store: in process).
     index: Literal["auto", "vectorset", "stream"] = "auto"
