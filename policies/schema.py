@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    Discriminator,
     Field,
     StringConstraints,
+    Tag,
     model_validator,
 )
 
@@ -100,6 +102,18 @@ class VerifyTarget(Frozen):
     max_wrong_rate: float = Field(gt=0.0, le=0.1)
 
 
+def _verify_kind(value: Any) -> str:
+    return "mode" if isinstance(value, str) else "target"
+
+
+# ``strict`` / ``guard``, or ``{max_wrong_rate: R}``; an error names the branch it took
+# (``semantic_verify.mode`` or ``semantic_verify.target.max_wrong_rate``).
+SemanticVerify = Annotated[
+    Annotated[Literal["strict", "guard"], Tag("mode")] | Annotated[VerifyTarget, Tag("target")],
+    Discriminator(_verify_kind),
+]
+
+
 class CachePolicy(Frozen):
     """One tenant's prompt cache: what is stored, for how long, and what a hit costs."""
 
@@ -116,7 +130,7 @@ class CachePolicy(Frozen):
     # the two questions keeps the meaning (routers/semantic_verify.py), the zero-risk
     # setting; {max_wrong_rate: R} lets the learned verifier accept what the rules leave
     # open at that error bound; "guard" trades precision for recall (docs/cache.md).
-    semantic_verify: Literal["strict", "guard"] | VerifyTarget = "strict"
+    semantic_verify: SemanticVerify = "strict"
     # Share of the original cost a hit is charged: 0 = free, 1 = full price.
     hit_charge: float = Field(0.0, ge=0.0, le=1.0)
 
