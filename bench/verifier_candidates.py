@@ -142,7 +142,14 @@ async def main() -> None:
         for kind, scored in by(cross["heldout"], "kind").items():
             report(kind, scored, args.cosine, t)
     sample = parts["heldout"][:400] + parts["external"][:400]
-    print(f"\nverification per pair, rules only: {verify_ms(sample, None)}")
+    rows = vectors["heldout"][:400]
+    head_ms = []
+    for i in range(len(rows)):
+        t0 = time.perf_counter()
+        head.predict_proba(rows[i : i + 1])
+        head_ms.append((time.perf_counter() - t0) * 1000)
+    print(f"\nvector head alone per pair: p50 {statistics.median(head_ms):.3f} ms")
+    print(f"verification per pair, rules only: {verify_ms(sample, None)}")
     print(f"verification per pair, rules + cross-encoder: {verify_ms(sample, verifier)}")
 
 

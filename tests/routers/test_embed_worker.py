@@ -163,8 +163,9 @@ async def test_the_verifier_runs_in_the_worker_and_survives_a_restart(
     assert scorer.where == "worker"
     assert np.allclose(await scorer.score(PAIRS), expected, atol=1e-4)
     os.kill(workers.pids[0], signal.SIGKILL)
-    with pytest.raises(EmbeddingFailed, match="died"):
+    with pytest.raises(EmbeddingFailed):  # "died", or "stuck" when the kill lands late
         await scorer.score(PAIRS)
+    assert workers.workers[0].restarts == 1
     # The restarted worker has the verifier again, without being asked.
     assert np.allclose(await scorer.score(PAIRS), expected, atol=1e-4)
     assert workers.workers[0].verifier_dir == str(MODEL_DIR)
