@@ -88,15 +88,37 @@ def verify_ms(pairs: Sequence[LabelledPair], scorer: CrossEncoderVerifier | None
     )
 
 
+async def sweep(embedder: OnnxEmbedder, verifier: CrossEncoderVerifier, cosine: float) -> None:
+    """Held-out and external results at each calibrated bound (reported, never chosen on)."""
+    from routers.verifier_model import load_calibration
+
+    scored = {
+        part: await score_verifier_pairs(embedder, verifier.score, verifier_pairs(part))
+        for part in ("heldout", "external")
+    }
+    await embedder.aclose()
+    for point in load_calibration().points:
+        print(f"max_wrong_rate {point.max_wrong_rate} (threshold {point.threshold:.4f})")
+        report("heldout", scored["heldout"], cosine, point.threshold)
+        for source, rows in by(scored["external"], "source").items():
+            report(f"external {source}", rows, cosine, point.threshold)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rate", type=float, default=0.001)
     parser.add_argument("--cosine", type=float, default=0.85)
     parser.add_argument("--model", type=Path, default=MODEL_DIR)
     parser.add_argument("--detail", action="store_true", help="per kind / per source tables")
+    parser.add_argument(
+        "--sweep", action="store_true", help="only the cross-encoder, at every calibrated bound"
+    )
     args = parser.parse_args()
     embedder = OnnxEmbedder()
     verifier = CrossEncoderVerifier(args.model)
+    if args.sweep:
+        await sweep(embedder, verifier, args.cosine)
+        return
     parts = {part: verifier_pairs(part) for part in PARTS}
     cross = {
         part: await score_verifier_pairs(embedder, verifier.score, pairs)

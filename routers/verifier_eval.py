@@ -81,17 +81,18 @@ def calibrate(
     """Per bound: the lowest verifier threshold at which the share of calibration
     near-misses reaching the verifier (cosine >= CALIBRATION_COSINE, undecided by the
     rules) that it accepts is within the bound. A bound finer than 1 / the number of
-    such near-misses cannot be resolved and gets no point."""
+    such near-misses allows none of them: its threshold is above every one (observed
+    rate 0; its 95 % upper bound, recorded beside it, says how little that proves)."""
     reach = [p for p in scored if p.verdict == "undecided" and p.cosine >= CALIBRATION_COSINE]
     negatives = sorted((p.probability or 0.0 for p in reach if not p.pair.match), reverse=True)
     positives = [p.probability or 0.0 for p in reach if p.pair.match]
     points = []
+    if not negatives:
+        return []
     for rate in rates:
-        if rate * len(negatives) < 1:
-            continue
         allowed = math.floor(rate * len(negatives))  # near-misses that may pass
         # The threshold sits just above the (allowed+1)-th highest near-miss score.
-        threshold = min(math.nextafter(negatives[allowed], 2.0), 1.0) if negatives else 0.5
+        threshold = min(math.nextafter(negatives[min(allowed, len(negatives) - 1)], 2.0), 1.0)
         recall = sum(1 for p in positives if p >= threshold) / max(len(positives), 1)
         wrong = sum(1 for p in negatives if p >= threshold)
         points.append(CalibrationPoint(rate, threshold, len(negatives), recall, wrong))

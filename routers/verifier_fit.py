@@ -180,9 +180,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     pairs = training_set(args.pairs, args.seed)
     print(f"training on {len(pairs)} pairs ({sum(p.match for p in pairs)} paraphrases)")
-    model, tokenizer = train(
-        pairs, args.epochs, args.seed, args.batch, args.lr, args.max_minutes
-    )
+    model, tokenizer = train(pairs, args.epochs, args.seed, args.batch, args.lr, args.max_minutes)
     export(model, tokenizer, args.out)
     print(f"wrote {args.out}")
 

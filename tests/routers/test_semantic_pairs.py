@@ -94,7 +94,7 @@ def test_guard_mode_is_the_recall_knob() -> None:
     a, b = "What is the capital of France?", "Which city is the capital of France?"
     assert not verified("strict", a, b) and verified("guard", a, b)
     assert not verified("guard", "Is tea better than coffee?", "Is coffee better than tea?")
-    assert CachePolicy().semantic_verify == "strict"
+    assert CachePolicy().semantic_verify == VerifyTarget(max_wrong_rate=0.001)
 
 
 def onnx_int8() -> Embedder:
@@ -124,7 +124,7 @@ async def test_zero_false_hits_on_the_heldout_part(make_embedder: Any) -> None:
     embedder = make_embedder()
     scored = await score_pairs(embedder, load_pairs("heldout"))
     await embedder.aclose()
-    scores = evaluate(scored, DEFAULT_SEMANTIC_THRESHOLD, CachePolicy().semantic_verify)
+    scores = evaluate(scored, DEFAULT_SEMANTIC_THRESHOLD, "strict")
     assert scores.false_hits == 0, scores.false_by_kind
     assert scores.recall >= 0.5, scores
 
