@@ -156,6 +156,7 @@ async def run_storage(
     semantic: list[list[float]] = []
     search: list[list[float]] = []
     verify: list[list[float]] = []
+    model: list[float] = []  # the cross-encoder call alone, on the pairs the rules leave open
     semantic_hits = 0
     paraphrases = await embedder.embed([str(p["b"]) for p in pairs])
     for _ in range(args.rounds):
@@ -188,7 +189,9 @@ async def run_storage(
             t0 = time.perf_counter()
             verdict, _ = rule_verdict(a, b)
             if verdict == "undecided" and verifier.scorer is not None:
+                t1 = time.perf_counter()
                 await verifier.scorer.score([(a, b)])
+                model.append(time.perf_counter() - t1)
             vr.append(time.perf_counter() - t0)
         exact.append(ex)
         semantic.append(se)
@@ -203,6 +206,7 @@ async def run_storage(
         "semantic": semantic,
         "search": search,
         "verify": verify,
+        "model": [model] if model else [[0.0]],
         "semantic_hit_rate": semantic_hits / (len(pairs) * args.rounds),
         "entries": usage.entries,
         "bytes_per_entry": usage.memory_bytes / max(usage.entries, 1),
@@ -329,6 +333,7 @@ async def main() -> None:
                 f"  semantic, vector given (search + fetch + verify)  {summary(result['search'])}"
             )
             print(f"  of which the verification alone  {summary(result['verify'])}")
+            print(f"  the cross-encoder call alone (worker)  {summary(result['model'])}")
             print(
                 f"  memory/entry  {result['bytes_per_entry']:.0f} B in the store, "
                 f"{result['index_bytes_per_entry']:.0f} B in this replica's index"

@@ -7,9 +7,12 @@ questions at once (``[CLS] cached [SEP] asked [SEP]``), mean-pools the last laye
 scores P(same question) with one linear unit. Trained on the ``train`` part only
 (``routers.verifier_data``), each pair in a random order (the verifier must not care which
 side was cached). The embeddings and the three lowest layers stay frozen, and
-``--max-minutes`` ends training early (then exports): CPU training time (docs/cache.md). The export is one graph ``input_ids, attention_mask, token_type_ids ->
-logit``, its MatMul and Gather weights quantised to int8 (about 23 MB), plus the
-tokenizer. Deterministic for a seed up to torch's CPU kernels.
+``--max-minutes`` ends training early (then exports): CPU training time (docs/cache.md).
+The export is one graph ``input_ids, attention_mask, token_type_ids -> logit``, its
+MatMul and Gather weights quantised to int8 (about 23 MB), plus the tokenizer.
+Deterministic for a seed up to torch's CPU kernels and the time budget. The shipped model:
+``--pairs 8000 --epochs 1 --max-minutes 32`` (188 of 250 steps on the shared 2-core box),
+then ``python -m routers.verifier_calibrate``.
 """
 
 from __future__ import annotations
