@@ -68,6 +68,9 @@ def vetoed(cached: str, asked: str) -> str | None:
 
 def rule_verdict(cached: str, asked: str) -> tuple[Verdict, str | None]:
     """``(verdict, veto reason)``; the reason is set only for ``different``."""
+    # Surrounding whitespace is no difference (and would hide a sentence start from the
+    # proper-name check: " Which city..." would read "Which" as a name).
+    cached, asked = cached.strip(), asked.strip()
     if same_question(cached, asked):
         return "same", None
     reason = vetoed(cached, asked)

@@ -176,3 +176,12 @@ async def test_forget_evicts_the_entry_and_keeps_the_pair_as_a_label(hit: str) -
     assert await cache.forget("acme", "not-an-id", query_text=asked) is False
     assert len(await cache.labels("acme")) == 1  # nothing labelled twice
     assert cache.counters.forgotten == 1
+
+
+def test_surrounding_whitespace_is_no_difference_to_the_rules() -> None:
+    from routers.semantic_veto import rule_verdict
+
+    a, b = "What is the capital of France?", "Which city is the capital of France?"
+    assert rule_verdict(a, b) == ("undecided", None)
+    assert rule_verdict(f"  {a}\n", f"\t{b} ") == ("undecided", None)
+    assert rule_verdict(a, "Which city is the capital of Spain?") == ("different", "entities")
