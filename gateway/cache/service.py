@@ -111,11 +111,20 @@ class PromptCache:
 
     async def _flush_stats(self, ns: str, fields: dict[str, float]) -> None:
         keys = CacheKeys(self.config.key_prefix, ns)
-        await self._guarded("stats", self.storage.add_stats(keys, fields))
+        await self._bookkeeping(self.storage.add_stats(keys, fields))
 
     async def _read_stats(self, ns: str) -> dict[str, float]:
         keys = CacheKeys(self.config.key_prefix, ns)
-        return await self._guarded("stats", self.storage.read_stats(keys))
+        return await self._bookkeeping(self.storage.read_stats(keys))
+
+    async def _bookkeeping(self, work: Awaitable[T]) -> T:
+        """A figures call: under the cache timeout, but a slow one never marks the cache
+        down (lookups go on; the counts wait for the next flush)."""
+        try:
+            async with asyncio.timeout(self.config.timeout_s * 5):
+                return await work
+        except TimeoutError as exc:
+            raise CacheUnavailable("cache figures timed out") from exc
 
     def start(self) -> None:
         """Start sharing the per-tenant figures (call inside the running loop)."""
