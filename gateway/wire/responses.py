@@ -145,6 +145,7 @@ class TextConfig(BaseModel):
 
 # Every top-level field beyond the modelled ones, by what the gateway does with it.
 RESPONSES_FIELDS: dict[str, FieldKind] = {
+    "include": "hint",  # beyond REFUSED_INCLUDES: outputs of what never runs here
     "reasoning": "hint",  # no engine here has a reasoning mode: effort and summary change nothing
     "prompt_cache_key": "hint",
     "prompt_cache_retention": "hint",
@@ -202,14 +203,14 @@ class CreateResponse(BaseModel):
             for name, value in (self.model_extra or {}).items()
             if value is not None and value not in _DEFAULTS.get(name, ())
         }
-        found = review(present, RESPONSES_FIELDS)
         if self.background:
             raise unsupported("background", "responses run in the request, not in the background")
         for index, entry in enumerate(self.include or ()):
             if entry in REFUSED_INCLUDES:
                 raise unsupported(f"include[{index}]", f"{entry} is not produced")
-        if self.include:
-            found = found.merged(Compat(ignored=("include",)))
+        if self.include:  # encrypted reasoning, hosted tools' results: none are produced
+            present.add("include")
+        found = review(present, RESPONSES_FIELDS)
         if self.text is not None and self.text.verbosity not in (None, "medium"):
             found = found.merged(Compat(ignored=("text.verbosity",)))
         return found
