@@ -357,7 +357,7 @@ def test_an_error_mid_stream_is_an_error_event_and_response_failed() -> None:
         fresh = {"cache-control": "no-cache"}
         with client.responses.stream(model="small", input="Fail", extra_headers=fresh) as stream:
             events = list(stream)
-            with pytest.raises(RuntimeError, match="response.completed"):
+            with pytest.raises(RuntimeError, match=r"response\.completed"):
                 stream.get_final_response()
     kinds = [e.type for e in events]
     assert kinds.count("response.output_text.delta") == 2
