@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +16,10 @@ import httpx
 import openai
 import pytest
 import redis
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
 from tests.gateway.budget_support import REDIS_URL, redis_prefix
 from tiergate_testing.configs import OTHER_KEY, TEST_KEY, fake_config
@@ -236,10 +241,12 @@ def test_store_false_keeps_nothing(gateway: RunningGateway) -> None:
         assert stored_keys(gateway) == before
         kept = client.responses.create(model="small", input="Keep this.")
         assert stored_keys(gateway) == before + 1
-        ttl = redis.Redis.from_url(REDIS_URL).pttl(
-            next(redis.Redis.from_url(REDIS_URL).scan_iter(match=f"*responses:{kept.id}"))
-        )
-        assert 0 < ttl <= 86_400_000
+        probe = redis.Redis.from_url(REDIS_URL)
+        try:
+            [key] = probe.scan_iter(match=f"{gateway.prefix}:*responses:{kept.id}")  # type: ignore[attr-defined]
+            assert 0 < probe.pttl(key) <= 86_400_000  # responses.ttl_s, one day by default
+        finally:
+            probe.close()
 
 
 def test_hints_are_named_and_hosted_tools_stripped(gateway: RunningGateway) -> None:
@@ -367,3 +374,22 @@ def test_an_error_mid_stream_is_an_error_event_and_response_failed() -> None:
     assert failed.response.status == "failed"  # type: ignore[union-attr]
     assert failed.response.error is not None  # type: ignore[union-attr]
     assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+def test_what_was_ignored_is_on_the_trace() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with running_gateway(fake_config(), tracer_provider=provider) as traced:
+        client_for(traced).responses.create(
+            model="small", input="Hi", prompt_cache_key="k", tools=[{"type": "web_search"}]
+        )
+        for _ in range(200):  # the root span ends once the answer is written
+            roots = [s for s in exporter.get_finished_spans() if s.kind == SpanKind.SERVER]
+            if roots:
+                break
+            time.sleep(0.01)
+    [root] = roots
+    assert root.attributes is not None
+    assert root.attributes["tiergate.ignored"] == ("prompt_cache_key", "tools:web_search")
+    assert root.attributes["tiergate.tier"] == "small"
