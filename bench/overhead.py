@@ -37,6 +37,7 @@ import yaml
 
 from bench import report, targets
 from bench.targets import Process
+from bench.wire_formats import WIRE_FORMATS, wire_phases
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class Phase:
     model: str
     stream: bool
     concurrency: int
+    api: str = "chat"  # the wire format: a key of bench.wire_formats.WIRE_FORMATS
 
 
 PHASES = (
@@ -91,13 +93,16 @@ class Bench:
     ) -> dict[str, Any]:
         host_port = target.base_url.removeprefix("http://")
         host, _, port = host_port.partition(":")
-        body: dict[str, Any] = {"model": model or phase.model, "messages": MESSAGES}
+        wire = WIRE_FORMATS[phase.api]
+        body: dict[str, Any] = {"model": model or phase.model, wire.prompt_key: MESSAGES}
+        body.update(wire.extra)
         if phase.stream:
             body["stream"] = True
         spec = {
             "host": host,
             "port": int(port),
-            "path": "/v1/chat/completions",
+            "path": wire.path,
+            "stream_end": wire.stream_end,
             "body": body,
             "api_key": api_key or targets.TENANT_KEY,
             "concurrency": phase.concurrency,
@@ -335,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         main_targets = {k: v for k, v in processes.items() if k != "tiergate-pipeline"}
         bench.warm(processes)
         bench.rounds(main_targets, PHASES)
+        bench.rounds({"tiergate": processes["tiergate"]}, wire_phases(Phase))
         pipeline = processes.get("tiergate-pipeline")
         if pipeline is not None:
             trio = {
