@@ -20,6 +20,7 @@ from fastapi import APIRouter, Query
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.compat import unsupported
 from gateway.deps import TenantDep
 from gateway.errors import ApiError, InvalidRequest, NotFound, ServiceUnavailable
 from gateway.http import TracedRoute, read_body, until_disconnect
@@ -40,6 +41,7 @@ from gateway.wire.responses_output import (
     ResponseEvents,
     whole_response,
 )
+from policies.responses_spec import ResponsesConfig
 from policies.store import StoreUnavailable
 from policies.tenants import Principal
 
@@ -78,7 +80,7 @@ async def create_response(request: Request, call: TenantDep) -> Response:
     )
     lap("route")
     turn.compat.record()
-    session = _Session(state, principal, body, turn)
+    session = _Session(state, principal, body, turn, config.responses)
     run = Execution(state, routed)
     if routed.stream:
         response = await stream_response(run, session.events, session.framing)
@@ -116,10 +118,15 @@ class _Session:
     """One create call: what its Response echoes, and keeping it when ``store``."""
 
     def __init__(
-        self, state: GatewayState, principal: Principal, body: CreateResponse, turn: Translation
+        self,
+        state: GatewayState,
+        principal: Principal,
+        body: CreateResponse,
+        turn: Translation,
+        config: ResponsesConfig,  # the request's snapshot
     ) -> None:
         self.state, self.principal, self.body, self.turn = state, principal, body, turn
-        self.config = state.config.responses
+        self.config = config
         self.renderer: ResponseEvents | None = None
         self.framing = Framing(frame=typed_event, failure=self._failure, done=b"")
 
@@ -189,7 +196,9 @@ class _Session:
 
 
 @stored.get("/v1/responses/{response_id}", name="get_response")
-async def get_response(response_id: str, call: TenantDep) -> Response:
+async def get_response(response_id: str, call: TenantDep, stream: bool = False) -> Response:
+    if stream:
+        raise unsupported("stream", "a stored response is not replayed as events")
     record = await _owned(call.state, call.principal, response_id)
     return _json(record.response)
 

@@ -10,6 +10,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -55,14 +56,24 @@ def config_for(store: str, prefix: str) -> dict[str, Any]:
     return config
 
 
+@dataclass(frozen=True)
+class Served:
+    gateway: RunningGateway
+    store: str  # memory | redis
+    prefix: str  # its Redis keys' prefix
+
+
 @pytest.fixture(scope="module", params=["memory", "redis"])
-def gateway(request: pytest.FixtureRequest) -> Iterator[RunningGateway]:
+def served(request: pytest.FixtureRequest) -> Iterator[Served]:
     os.environ["TIERGATE_ACME_KEY_2"] = SECOND_KEY
     os.environ["TIERGATE_STRICT_KEY"] = "tg-strict-key-000222333"
     with redis_prefix() as prefix, running_gateway(config_for(request.param, prefix)) as running:
-        running.prefix = prefix  # type: ignore[attr-defined]
-        running.store_kind = request.param  # type: ignore[attr-defined]
-        yield running
+        yield Served(running, request.param, prefix)
+
+
+@pytest.fixture
+def gateway(served: Served) -> RunningGateway:
+    return served.gateway
 
 
 def client_for(gateway: RunningGateway, key: str = TEST_KEY) -> openai.OpenAI:
@@ -217,18 +228,19 @@ def test_another_tenant_or_key_never_sees_a_response(gateway: RunningGateway) ->
     assert owner.responses.retrieve(created.id).output_text == created.output_text
 
 
-def stored_keys(gateway: RunningGateway) -> int:
-    """Response records under this gateway's prefix, counted in Redis itself."""
+def stored_keys(prefix: str) -> int:
+    """Response records under this prefix, counted in Redis itself."""
     client = redis.Redis.from_url(REDIS_URL)
     try:
-        return sum(1 for _ in client.scan_iter(match=f"{gateway.prefix}:*responses:*"))  # type: ignore[attr-defined]
+        return sum(1 for _ in client.scan_iter(match=f"{prefix}:*responses:*"))
     finally:
         client.close()
 
 
-def test_store_false_keeps_nothing(gateway: RunningGateway) -> None:
+def test_store_false_keeps_nothing(served: Served) -> None:
+    gateway, on_redis = served.gateway, served.store == "redis"
     client = client_for(gateway, OTHER_KEY)
-    before = stored_keys(gateway) if gateway.store_kind == "redis" else 0  # type: ignore[attr-defined]
+    before = stored_keys(served.prefix) if on_redis else 0
     unstored = client.responses.create(model="small", input="Forget this.", store=False)
     with client.responses.stream(model="small", input="And this.", store=False) as stream:
         streamed = stream.get_final_response()
@@ -237,13 +249,13 @@ def test_store_false_keeps_nothing(gateway: RunningGateway) -> None:
             client.responses.retrieve(response.id)
         with pytest.raises(openai.BadRequestError):
             client.responses.create(model="small", input="x", previous_response_id=response.id)
-    if gateway.store_kind == "redis":  # type: ignore[attr-defined]
-        assert stored_keys(gateway) == before
+    if on_redis:
+        assert stored_keys(served.prefix) == before
         kept = client.responses.create(model="small", input="Keep this.")
-        assert stored_keys(gateway) == before + 1
+        assert stored_keys(served.prefix) == before + 1
         probe = redis.Redis.from_url(REDIS_URL)
         try:
-            [key] = probe.scan_iter(match=f"{gateway.prefix}:*responses:{kept.id}")  # type: ignore[attr-defined]
+            [key] = probe.scan_iter(match=f"{served.prefix}:*responses:{kept.id}")
             assert 0 < probe.pttl(key) <= 86_400_000  # responses.ttl_s, one day by default
         finally:
             probe.close()
@@ -393,3 +405,45 @@ def test_what_was_ignored_is_on_the_trace() -> None:
     assert root.attributes is not None
     assert root.attributes["tiergate.ignored"] == ("prompt_cache_key", "tools:web_search")
     assert root.attributes["tiergate.tier"] == "small"
+
+
+def test_the_size_cap_and_the_memory_budget() -> None:
+    config = fake_config()
+    config["responses"] = {"max_bytes": 4096}
+    with running_gateway(config) as small:
+        client = client_for(small)
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.responses.create(model="small", input="x" * 5000)
+        assert refused.value.body["param"] == "store"  # type: ignore[index]
+        # An output that pushes the record over the cap: answered, not kept, said so.
+        near = client.responses.create(model="small", input="y" * 3500)
+        assert near.model_extra is not None and near.model_extra["store"] is False
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(near.id)
+        # In process, records share 16 x max_bytes: the oldest go first.
+        kept = [client.responses.create(model="small", input=f"note {i}").id for i in range(48)]
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(kept[0])
+        assert client.responses.retrieve(kept[-1]).id == kept[-1]
+
+
+def test_responses_are_charged_as_chat(client: openai.OpenAI) -> None:
+    fresh = {"cache-control": "no-cache, no-store"}
+    question = [{"role": "user", "content": "Price me twice."}]
+    chat = client.chat.completions.with_raw_response.create(
+        model="medium",
+        messages=question,
+        extra_headers=fresh,  # type: ignore[arg-type]
+    )
+    responses = client.responses.with_raw_response.create(
+        model="medium",
+        input=question,
+        extra_headers=fresh,
+        store=False,  # type: ignore[arg-type]
+    )
+    assert responses.headers["x-tiergate-cache"] == chat.headers["x-tiergate-cache"] == "bypass"
+    assert responses.headers["x-tiergate-tier"] == chat.headers["x-tiergate-tier"] == "medium"
+    assert float(responses.headers["x-tiergate-cost-usd"]) == pytest.approx(
+        float(chat.headers["x-tiergate-cost-usd"])
+    )
+    assert float(chat.headers["x-tiergate-cost-usd"]) > 0
