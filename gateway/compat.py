@@ -46,6 +46,10 @@ class Compat:
         return (*self.ignored, *(f"tools:{t}" for t in self.stripped_tools))
 
     def merged(self, other: Compat) -> Compat:
+        if not (other.ignored or other.stripped_tools):
+            return self
+        if not (self.ignored or self.stripped_tools):
+            return other
         return Compat(
             _unique((*self.ignored, *other.ignored)),
             _unique((*self.stripped_tools, *other.stripped_tools)),
