@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -353,7 +354,8 @@ def test_namespace_tools_reach_the_engine_flattened(client: openai.OpenAI) -> No
 
 
 def test_chat_and_responses_share_the_exact_cache_and_the_price(client: openai.OpenAI) -> None:
-    question = [{"role": "user", "content": "One question, asked on two endpoints."}]
+    # Unique per run: the cache's Redis keys outlive the test (cache.key_prefix).
+    question = [{"role": "user", "content": f"One question on two endpoints ({uuid.uuid4()})."}]
     chat = client.chat.completions.with_raw_response.create(
         model="small",
         messages=question,
@@ -421,7 +423,7 @@ def test_the_size_cap_and_the_memory_budget() -> None:
         with pytest.raises(openai.NotFoundError):
             client.responses.retrieve(near.id)
         # In process, records share 16 x max_bytes: the oldest go first.
-        kept = [client.responses.create(model="small", input=f"note {i}").id for i in range(48)]
+        kept = [client.responses.create(model="small", input=f"note {i}").id for i in range(100)]
         with pytest.raises(openai.NotFoundError):
             client.responses.retrieve(kept[0])
         assert client.responses.retrieve(kept[-1]).id == kept[-1]
