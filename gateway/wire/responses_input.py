@@ -68,6 +68,8 @@ def to_generation(
     choice = _tool_choice(body.tool_choice, echo)
     conversation = (*history, *items)
     messages = chat_messages(conversation, namespaces)
+    if not messages:
+        raise InvalidRequest("input: no message left to answer", param="input")
     if body.instructions:
         messages.insert(0, {"role": "system", "content": body.instructions})
     generation = GenerationRequest(

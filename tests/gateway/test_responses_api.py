@@ -311,6 +311,7 @@ def test_hints_are_named_and_hosted_tools_stripped(gateway: RunningGateway) -> N
         ({"tool_choice": {"type": "web_search"}}, "tool_choice"),
         ({"tool_choice": "required"}, "tool_choice"),
         ({"max_output_tokens": 0}, "max_output_tokens"),
+        ({"input": [{"type": "reasoning", "summary": []}]}, "input"),
     ],
 )
 def test_what_cannot_be_honoured_is_a_400_naming_it(
