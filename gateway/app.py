@@ -32,6 +32,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.openapi import ADMIN_ERRORS, GatewayApp
 from gateway.reload import install_sighup, remove_sighup
 from gateway.reload_bus import reload_and_publish
+from gateway.responses_store import ResponseStore
 from gateway.routes import (
     admin_audit,
     admin_budgets,
@@ -46,6 +47,7 @@ from gateway.routes import (
     load,
     metrics,
     models,
+    responses,
 )
 from gateway.state import GatewayState
 from gateway.target_share import TargetShares
@@ -127,6 +129,7 @@ async def build_state(
         keys=keys,
         audit=open_audit(store),
         journal=journal,
+        responses=ResponseStore(store),
         cache=cache,
         embedder=embedder or shared,  # one embedder: the cache and the classifier share it
         classifier=routing.classifier if routing is not None else None,
@@ -300,6 +303,8 @@ def create_app(
     for router in (
         chat.router,
         completions.router,
+        responses.router,
+        responses.stored,
         embeddings.router,
         models.router,
         explain.router,

@@ -15,7 +15,7 @@ from backends.base import Chunk, GenerationRequest, TokenLogprob
 from gateway.http import read_body, until_disconnect
 from gateway.routing import route
 from gateway.serving import Execution
-from gateway.sse import EventStreamResponse, sse
+from gateway.sse import CHAT_FRAMING, EventStreamResponse, Framing, sse
 from gateway.state import GatewayState
 from gateway.timing import lap
 from gateway.wire.common import SamplingFields, parse_body
@@ -64,20 +64,7 @@ async def respond(
     request: Request, run: Execution, whole: BodyBuilder, streamed: StreamBuilder
 ) -> Response:
     if run.routed.stream:
-        try:
-            await run.open()
-        except BaseException:
-            await run.close()
-            raise
-        return EventStreamResponse(
-            # Settled before the error event or [DONE]: a client holding the whole answer
-            # has been charged (or journaled), even if this process dies the next moment.
-            # A client that left is settled by ``on_close``.
-            sse(streamed(run), run.routed.request_id, settle=run.close),
-            run.headers(),
-            on_close=run.close,
-            write_timeout_s=run.routed.config.server.write_timeout_s,
-        )
+        return await stream_response(run, streamed)
     try:
         payload = await until_disconnect(request, _collect(run, whole))
     finally:
@@ -85,7 +72,33 @@ async def respond(
     return Response(payload, media_type="application/json", headers=run.headers())
 
 
+async def stream_response(
+    run: Execution, streamed: StreamBuilder, framing: Framing = CHAT_FRAMING
+) -> Response:
+    """Open the run (admission, the first chunk) and answer with its SSE stream."""
+    try:
+        await run.open()
+    except BaseException:
+        await run.close()
+        raise
+    return EventStreamResponse(
+        # Settled before the error event or the stream's end: a client holding the whole
+        # answer has been charged (or journaled), even if this process dies the next
+        # moment. A client that left is settled by ``on_close``.
+        sse(streamed(run), run.routed.request_id, settle=run.close, framing=framing),
+        run.headers(),
+        on_close=run.close,
+        write_timeout_s=run.routed.config.server.write_timeout_s,
+    )
+
+
 async def _collect(run: Execution, whole: BodyBuilder) -> bytes:
+    return orjson.dumps(whole(run, *await collect(run)))
+
+
+async def collect(run: Execution) -> tuple[str, Chunk]:
+    """Open the run and read it whole: its text and its final chunk (every token's
+    logprobs on it)."""
     await run.open()
     parts: list[str] = []
     logprobs: list[TokenLogprob] = []
@@ -98,4 +111,4 @@ async def _collect(run: Execution, whole: BodyBuilder) -> bytes:
     assert final is not None, "an engine stream ends with a final chunk"
     if logprobs:  # the body carries every token's entry; chunks carried their own
         final = replace(final, logprobs=tuple(logprobs))
-    return orjson.dumps(whole(run, "".join(parts), final))
+    return "".join(parts), final

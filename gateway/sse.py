@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -30,17 +31,41 @@ def event(body: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(body) + b"\n\n"
 
 
+def typed_event(body: dict[str, Any]) -> bytes:
+    """An event named by its body's ``type`` (the Responses and Messages streams)."""
+    return b"event: " + str(body["type"]).encode() + b"\n" + event(body)
+
+
+def _error_body(error: ApiError) -> list[dict[str, Any]]:
+    return [error.body()]
+
+
+@dataclass(frozen=True, slots=True)
+class Framing:
+    """How a wire format writes its stream: each body, the bodies an error after the
+    first byte becomes, and what ends it (chat's ``[DONE]``; nothing for Responses)."""
+
+    frame: Callable[[dict[str, Any]], bytes] = event
+    failure: Callable[[ApiError], list[dict[str, Any]]] = _error_body
+    done: bytes = DONE
+
+
+CHAT_FRAMING = Framing()
+
+
 async def sse(
     bodies: AsyncIterator[dict[str, Any]],
     request_id: str = "",
     settle: Callable[[], Awaitable[None]] | None = None,
+    framing: Framing = CHAT_FRAMING,
 ) -> AsyncGenerator[bytes, None]:
     """``settle`` runs once the bodies have ended (in any way but the client leaving),
-    before the error event or ``[DONE]`` is written; what it raises is an error event."""
+    before the error event or the end is written; what it raises is an error event."""
+    frame = framing.frame
     try:
         try:
             async for body in bodies:
-                yield event(body)
+                yield frame(body)
         except Exception:  # re-raised below: it becomes the error event
             if settle is not None:
                 await settle()
@@ -49,11 +74,14 @@ async def sse(
             await settle()
     except ApiError as exc:
         log.warning("%s: stream failed after the first byte: %s", request_id, exc.detail or exc)
-        yield event(exc.body())
+        for body in framing.failure(exc):
+            yield frame(body)
     except Exception:
         log.exception("%s: stream failed after the first byte", request_id)
-        yield event(internal_error(request_id or "unknown").body())
-    yield DONE
+        for body in framing.failure(internal_error(request_id or "unknown")):
+            yield frame(body)
+    if framing.done:
+        yield framing.done
 
 
 async def wait_disconnect(receive: Receive) -> None:

@@ -11,6 +11,7 @@ from starlette.requests import Request
 from backends.pool import EnginePool, Replica
 from gateway.cache.service import PromptCache
 from gateway.metrics import GatewayMetrics
+from gateway.responses_store import ResponseStore
 from gateway.target_share import TargetShares
 from gateway.throttle import GuessThrottle
 from gateway.tracing import Tracing
@@ -43,6 +44,7 @@ class GatewayState:
     keys: KeyDirectory  # YAML keys and API-managed ones: ``await keys.authenticate(raw)``
     audit: AuditLog
     journal: SettleJournal  # settles the store refuses wait here (and on disk) until it is back
+    responses: ResponseStore  # stored /v1/responses, per API key, in ``store``
     cache: PromptCache | None = None
     embedder: Embedder | None = None  # shared by the classifier and the semantic cache
     served_embedder: ServedEmbedder | None = None  # the classifier's, for /v1/embeddings
