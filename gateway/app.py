@@ -27,6 +27,7 @@ from gateway.admin_auth import weak_admin_key
 from gateway.cache.build import close_cache, open_cache
 from gateway.cluster import join_cluster
 from gateway.error_boundary import install_error_handling
+from gateway.hold import Money
 from gateway.http import GatewayRoute
 from gateway.metrics import GatewayMetrics
 from gateway.openapi import ADMIN_ERRORS, GatewayApp
@@ -49,6 +50,8 @@ from gateway.routes import (
     models,
     responses,
 )
+from gateway.routing import Router
+from gateway.serving import Collaborators, ServingCore
 from gateway.state import GatewayState
 from gateway.target_share import TargetShares
 from gateway.throttle import GuessThrottle
@@ -140,7 +143,30 @@ async def build_state(
             config.admin.failures_per_minute, config.admin.failures_per_minute_total
         ),
     )
+    state.core = serving_core(state)
     return state
+
+
+def serving_core(state: GatewayState) -> ServingCore:
+    """The serving core over the state's collaborators and its config (at startup; a
+    policy reload keeps the collaborators and swaps the config)."""
+    money = Money(state.budgets, state.limiter, state.journal, state.ledger, state.background)
+    router = Router(
+        state.classifier, state.embedder, state.shares, state.replicas, state.background
+    )
+    parts = Collaborators(
+        pools=state.pools,
+        replicas=state.replicas,
+        router=router,
+        money=money,
+        cache=state.cache,
+        metrics=state.metrics,
+        store=state.store,
+        served_embedder=state.served_embedder,
+        readiness=state.readiness,
+        responses=state.responses,
+    )
+    return ServingCore(state.config, parts)
 
 
 def journal_dir(config: GatewayConfig, store: Store) -> Path | None:
@@ -270,7 +296,7 @@ def create_app(
         hup = config_source is not None and install_sighup(state, reloads)
         key_poller = asyncio.create_task(poll_keys(state))
         replayer = asyncio.create_task(replay_journal(state))
-        state.ready = True
+        state.readiness.ready = True
         # Long-lived startup objects leave the GC's young generations: shorter pauses later.
         gc.collect()
         gc.freeze()
@@ -281,7 +307,7 @@ def create_app(
             yield
         finally:
             gc.set_threshold(*thresholds)
-            state.ready = False
+            state.readiness.ready = False
             key_poller.cancel()
             replayer.cancel()
             await asyncio.gather(key_poller, replayer, return_exceptions=True)

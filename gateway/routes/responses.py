@@ -1,7 +1,7 @@
 """``POST /v1/responses``, ``GET`` / ``DELETE /v1/responses/{id}``, ``GET …/input_items``.
 
-A Responses request runs exactly as a chat request does (``gateway.routing.route`` and
-one ``Execution``: auth, rate limits, budget, both caches, ``auto``, ledger, metrics,
+A Responses request runs exactly as a chat request does (``core.route`` and one ``Run``
+on the serving core: auth, rate limits, budget, both caches, ``auto``, ledger, metrics,
 traces); only the translation (``gateway.wire.responses_input``) and the rendering
 (``gateway.wire.responses_output``) are its own. Fields the gateway accepts without
 honouring are named in ``x-tiergate-ignored`` (``gateway.compat``). With ``store`` (the
@@ -12,7 +12,7 @@ client sees it end, so a follow-up with ``previous_response_id`` always finds it
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
 
 import orjson
@@ -20,19 +20,20 @@ from fastapi import APIRouter, Query
 from starlette.requests import Request
 from starlette.responses import Response
 
+from backends.base import Chunk
 from gateway.compat import unsupported
 from gateway.deps import TenantDep
 from gateway.errors import ApiError, InvalidRequest, NotFound, ServiceUnavailable
 from gateway.http import TracedRoute, read_body, until_disconnect
 from gateway.openapi import GENERATION_ERRORS, request_body
 from gateway.respond import collect, stream_response
-from gateway.responses_store import StoredResponse, input_fits
-from gateway.routing import route
-from gateway.serving import Execution
-from gateway.sse import Framing, typed_event
-from gateway.state import GatewayState
+from gateway.responses_store import ResponseStore, StoredResponse, input_fits
+from gateway.routing import Ask
+from gateway.serving import Run
+from gateway.sse import Event, named_events
 from gateway.timing import lap
 from gateway.wire.common import parse_body
+from gateway.wire.format import RunView
 from gateway.wire.responses import CreateResponse
 from gateway.wire.responses_input import Translation, to_generation
 from gateway.wire.responses_output import (
@@ -53,11 +54,11 @@ stored = APIRouter(tags=["v1"], responses=GENERATION_ERRORS)
 
 @router.post("/v1/responses", name="responses", openapi_extra=request_body(CreateResponse))
 async def create_response(request: Request, call: TenantDep) -> Response:
-    state, principal = call.state, call.principal
-    config = state.config  # the request's snapshot (see gateway.respond.generate)
+    core, principal = call.core, call.principal
+    config, store = core.config, core.parts.responses  # the request's snapshot
     raw = await read_body(request, config.server.max_body_bytes, config.server.header_timeout_s)
     body = parse_body(CreateResponse, raw)
-    history = await _history(state, principal, body.previous_response_id)
+    history = await _history(store, principal, body.previous_response_id)
     turn = to_generation(body, history, principal.policy.compat)
     if body.store and not input_fits(config.responses, turn.items):
         raise InvalidRequest(
@@ -66,8 +67,7 @@ async def create_response(request: Request, call: TenantDep) -> Response:
             param="store",
         )
     lap("parse")
-    routed = await route(
-        state,
+    ask = Ask(
         principal,
         body.model,
         turn.generation,
@@ -75,27 +75,27 @@ async def create_response(request: Request, call: TenantDep) -> Response:
         include_usage=True,
         cache_control=request.headers.get("cache-control"),
         forced_tier=request.headers.get("x-tiergate-tier"),
-        config=config,
-        exact_first=True,
     )
+    routed = await core.route(ask)
     lap("route")
     turn.compat.record()
-    session = _Session(state, principal, body, turn, config.responses)
-    run = Execution(state, routed)
+    session = _Session(store, principal, body, turn, config.responses)
+    run = core.run(routed)
     if routed.stream:
-        response = await stream_response(run, session.events, session.framing)
-    else:
-        response = await session.whole(request, run)
+        return await stream_response(
+            run, session.events, session.framing, turn.compat.headers().items()
+        )
+    response = await session.whole(request, run)
     response.headers.update(turn.compat.headers())
     return response
 
 
 async def _history(
-    state: GatewayState, principal: Principal, previous: str | None
+    store: ResponseStore, principal: Principal, previous: str | None
 ) -> list[dict[str, Any]]:
     if previous is None:
         return []
-    record = await _load(state, principal, previous)
+    record = await _load(store, principal, previous)
     if record is None:
         raise InvalidRequest(
             f"Previous response with id '{previous}' not found.",
@@ -106,10 +106,10 @@ async def _history(
 
 
 async def _load(
-    state: GatewayState, principal: Principal, response_id: str
+    store: ResponseStore, principal: Principal, response_id: str
 ) -> StoredResponse | None:
     try:
-        return await state.responses.load(principal, response_id)
+        return await store.load(principal, response_id)
     except StoreUnavailable:
         raise ServiceUnavailable("the response store is unreachable") from None
 
@@ -119,18 +119,18 @@ class _Session:
 
     def __init__(
         self,
-        state: GatewayState,
+        store: ResponseStore,
         principal: Principal,
         body: CreateResponse,
         turn: Translation,
         config: ResponsesConfig,  # the request's snapshot
     ) -> None:
-        self.state, self.principal, self.body, self.turn = state, principal, body, turn
+        self.store, self.principal, self.body, self.turn = store, principal, body, turn
         self.config = config
         self.renderer: ResponseEvents | None = None
-        self.framing = Framing(frame=typed_event, failure=self._failure, done=b"")
+        self.framing = named_events(self._failure)
 
-    def echo(self, run: Execution) -> Echo:
+    def echo(self, run: RunView) -> Echo:
         body, text = self.body, self.body.text
         text_format = text.format if text is not None else None
         fields = {
@@ -160,10 +160,9 @@ class _Session:
             "service_tier": "default",
             "user": body.user,
         }
-        response_id = run.routed.request_id
-        return Echo(response_id, run.model, fields, self.turn.namespaces, run.routed.created)
+        return Echo(run.request_id, run.model, fields, self.turn.namespaces, run.created)
 
-    async def whole(self, request: Request, run: Execution) -> Response:
+    async def whole(self, request: Request, run: Run) -> Response:
         try:
             text, final = await until_disconnect(request, collect(run))
         finally:
@@ -171,14 +170,14 @@ class _Session:
         body = await self._kept(whole_response(self.echo(run), text, final))
         return Response(orjson.dumps(body), media_type="application/json", headers=run.headers())
 
-    async def events(self, run: Execution) -> AsyncIterator[dict[str, Any]]:
+    async def events(self, run: RunView, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Event]:
         self.renderer = renderer = ResponseEvents(self.echo(run))
-        async for event in renderer.events(run.chunks()):
+        async for event in renderer.events(chunks):
             if event["type"] in TERMINAL:
                 event = {**event, "response": await self._kept(event["response"])}
             yield event
 
-    def _failure(self, error: ApiError) -> list[dict[str, Any]]:
+    def _failure(self, error: ApiError) -> Sequence[Event]:
         assert self.renderer is not None, "the stream fails only once it has begun"
         return self.renderer.failed(error)
 
@@ -188,7 +187,7 @@ class _Session:
             return response
         record = StoredResponse(self.turn.items, response)
         try:
-            kept = await self.state.responses.save(self.config, self.principal, record)
+            kept = await self.store.save(self.config, self.principal, record)
         except StoreUnavailable as exc:
             log.warning("response %s not stored: %s", response["id"], exc)
             kept = False
@@ -199,14 +198,14 @@ class _Session:
 async def get_response(response_id: str, call: TenantDep, stream: bool = False) -> Response:
     if stream:
         raise unsupported("stream", "a stored response is not replayed as events")
-    record = await _owned(call.state, call.principal, response_id)
+    record = await _owned(call.core.parts.responses, call.principal, response_id)
     return _json(record.response)
 
 
 @stored.delete("/v1/responses/{response_id}", name="delete_response")
 async def delete_response(response_id: str, call: TenantDep) -> Response:
     try:
-        deleted = await call.state.responses.delete(call.principal, response_id)
+        deleted = await call.core.parts.responses.delete(call.principal, response_id)
     except StoreUnavailable:
         raise ServiceUnavailable("the response store is unreachable") from None
     if not deleted:
@@ -222,7 +221,7 @@ async def input_items(
     order: Literal["asc", "desc"] = "desc",
     after: str | None = None,
 ) -> Response:
-    record = await _owned(call.state, call.principal, response_id)
+    record = await _owned(call.core.parts.responses, call.principal, response_id)
     items = list(record.input if order == "asc" else reversed(record.input))
     if after is not None:
         ids = [item.get("id") for item in items]
@@ -241,8 +240,8 @@ async def input_items(
     )
 
 
-async def _owned(state: GatewayState, principal: Principal, response_id: str) -> StoredResponse:
-    record = await _load(state, principal, response_id)
+async def _owned(store: ResponseStore, principal: Principal, response_id: str) -> StoredResponse:
+    record = await _load(store, principal, response_id)
     if record is None:
         raise _missing(response_id)
     return record
