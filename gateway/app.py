@@ -48,6 +48,7 @@ from gateway.routes import (
     models,
 )
 from gateway.state import GatewayState
+from gateway.objective import ObjectiveLambda
 from gateway.target_share import TargetShares
 from gateway.throttle import GuessThrottle
 from gateway.tracing import open_tracing
@@ -133,6 +134,7 @@ async def build_state(
         served_embedder=await _served_embedder(config, routing, notes),
         notes=notes,
         shares=TargetShares(open_share_store(store)),
+        objective=ObjectiveLambda(open_share_store(store)),
         admin_guesses=GuessThrottle(
             config.admin.failures_per_minute, config.admin.failures_per_minute_total
         ),
@@ -196,11 +198,14 @@ async def _load_classifier(config: GatewayConfig, notes: list[str]) -> RoutingMo
         return None
     from routers.classifier import ModelFormatError
     from routers.embedding import EmbedderUnavailable
+    from routers.quality import QualityFormatError
     from routers.setup import build_routing
 
+    objective = config.routing.objective
+    reference = objective.reference if objective is not None else None
     try:
-        built = await asyncio.to_thread(build_routing, spec)
-    except (EmbedderUnavailable, ModelFormatError) as exc:
+        built = await asyncio.to_thread(build_routing, spec, tuple(config.tiers), reference)
+    except (EmbedderUnavailable, ModelFormatError, QualityFormatError) as exc:
         note = f"complexity classifier unavailable ({exc}): 'auto' uses the tenant default tier"
         log.error("%s", note)
         notes.append(note)

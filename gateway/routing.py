@@ -31,7 +31,8 @@ from routers.decision import (
     decide,
 )
 from routers.embedding import EmbeddingOnce, last_user_text
-from routers.features import prompt_messages
+from routers.features import message_text, prompt_messages
+from routers.objective import TierChoice
 
 log = logging.getLogger(__name__)
 
@@ -113,14 +114,17 @@ async def route(
         if complexity is not None:
             classify_s = time.perf_counter() - started
     learned: tuple[tuple[float, float] | None, str] = (None, "thresholds")
-    if state.shares is not None and complexity is not None and config.routing.target_share:
+    choice = None
+    if config.routing.objective is not None and complexity is not None:
+        choice = _objective_choice(state, config, complexity, build, observe)
+    elif state.shares is not None and complexity is not None and config.routing.target_share:
         shares, tiers = state.shares, list(config.tiers)
         learned = (
             shares.route(config.routing, tiers, complexity.score, state.background)
             if observe
             else shares.thresholds(config.routing, tiers, state.background)
         )
-    decision = _decide(config, principal, requested_model, complexity, forced_tier, learned)
+    decision = _decide(config, principal, requested_model, complexity, forced_tier, learned, choice)
     if note is not None and requested_model == "auto":
         decision = replace(decision, trail=(note, *decision.trail))
     decision = fit_tier(state, principal, decision, build)  # a tier able to serve it
@@ -160,6 +164,21 @@ async def _cache_first(
         return plan, await state.cache.lookup_exact(plan)
 
 
+def _objective_choice(
+    state: GatewayState,
+    config: GatewayConfig,
+    complexity: ComplexityScore,
+    build: GenerationRequest,
+    observe: bool,
+) -> TierChoice | None:
+    """``routing.objective``'s tier for this request (None: no per-tier predictions)."""
+    if state.objective is None or complexity.quality is None:
+        return None
+    messages = build.messages or prompt_messages(build.prompt or "")
+    chars = sum(len(message_text(m)) for m in messages)
+    return state.objective.choose(config, complexity.quality, chars, state.background, observe)
+
+
 def _decide(
     config: GatewayConfig,
     principal: Principal,
@@ -167,13 +186,16 @@ def _decide(
     complexity: ComplexityScore | None,
     forced_tier: str | None,
     learned: tuple[tuple[float, float] | None, str] = (None, "thresholds"),
+    choice: TierChoice | None = None,
 ) -> TierDecision:
     refusal = principal.model_refusal(requested_model, config)  # the key's model scope
     if refusal is not None:
         raise PermissionDenied(refusal, param="model")
     score = None if complexity is None else complexity.score
     try:
-        return decide(config, principal.policy, requested_model, score, forced_tier, *learned)
+        return decide(
+            config, principal.policy, requested_model, score, forced_tier, *learned, choice
+        )
     except UnknownModel:
         raise ModelNotFound(
             f"The model `{requested_model}` does not exist or you do not have access to it.",

@@ -11,6 +11,7 @@ from starlette.requests import Request
 from backends.pool import EnginePool, Replica
 from gateway.cache.service import PromptCache
 from gateway.metrics import GatewayMetrics
+from gateway.objective import ObjectiveLambda
 from gateway.target_share import TargetShares
 from gateway.throttle import GuessThrottle
 from gateway.tracing import Tracing
@@ -54,6 +55,7 @@ class GatewayState:
     classifier: Classifier | None = None  # None: ``auto`` goes to the tenant's default tier
     config_source: Callable[[], GatewayConfig] | None = None  # re-read on policy reload
     shares: TargetShares | None = None  # ``routing.target_share``: thresholds from traffic
+    objective: ObjectiveLambda | None = None  # ``routing.objective``: λ from traffic
     admin_guesses: GuessThrottle = field(default_factory=lambda: GuessThrottle(5, 50))
 
 
