@@ -29,6 +29,7 @@ from gateway.cluster import join_cluster
 from gateway.error_boundary import install_error_handling
 from gateway.http import GatewayRoute
 from gateway.metrics import GatewayMetrics
+from gateway.objective import ObjectiveLambda
 from gateway.openapi import ADMIN_ERRORS, GatewayApp
 from gateway.reload import install_sighup, remove_sighup
 from gateway.reload_bus import reload_and_publish
@@ -48,7 +49,6 @@ from gateway.routes import (
     models,
 )
 from gateway.state import GatewayState
-from gateway.objective import ObjectiveLambda
 from gateway.target_share import TargetShares
 from gateway.throttle import GuessThrottle
 from gateway.tracing import open_tracing
@@ -134,7 +134,12 @@ async def build_state(
         served_embedder=await _served_embedder(config, routing, notes),
         notes=notes,
         shares=TargetShares(open_share_store(store)),
-        objective=ObjectiveLambda(open_share_store(store)),
+        objective=ObjectiveLambda(
+            open_share_store(store),
+            routing.quality.reference_traffic()
+            if routing is not None and routing.quality is not None
+            else None,
+        ),
         admin_guesses=GuessThrottle(
             config.admin.failures_per_minute, config.admin.failures_per_minute_total
         ),

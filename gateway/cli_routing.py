@@ -77,7 +77,8 @@ def cmd_classify(args: argparse.Namespace) -> int:
     for start in range(0, len(records), BATCH):
         batch = [m for _, m in records[start : start + BATCH]]
         scores += score_conversations(built.classifier, built.embedder, batch)
-    routed = traffic_tiers(config, [m for _, m in records], scores)
+    reference = built.quality.reference_traffic() if built.quality is not None else None
+    routed = traffic_tiers(config, [m for _, m in records], scores, reference)
     target = sys.stdout.buffer if args.output == "-" else open(args.output, "wb")
     try:
         for (ident, _), score, line in zip(records, scores, routed, strict=True):
@@ -122,16 +123,37 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         vectors = cached_embed(embedder, texts, embedding_cache_path(embedder.name), progress)
     print(f"\nembedded {len(texts)} texts in {time.perf_counter() - started:.0f}s", file=sys.stderr)
+    info = {"data": str(args.data) if args.data else "data/routing (train split)"}
+    if args.quality:
+        return _train_quality(args, examples, vectors, embedder.name, info)
     options = TrainOptions(
         seed=args.seed,
         c=args.c,
         length_prior=args.length_prior,
         calibration_folds=args.calibration_folds,
     )
-    info = {"data": str(args.data) if args.data else "data/routing (train split)"}
     model = fit(examples, vectors, embedder.name, options, info)
     model.save(args.out)
     print(f"wrote {args.out}: heads {', '.join(model.heads)}, {len(examples)} examples")
+    return 0
+
+
+def _train_quality(
+    args: argparse.Namespace, examples: Any, vectors: Any, embedder: str, info: dict[str, str]
+) -> int:
+    """The per-tier quality model (``routers/quality_training.py``) instead of the score."""
+    from routers.quality_training import LADDER, QualityOptions, fit_quality
+
+    ladder = tuple(args.ladder.split(",")) if args.ladder else LADDER
+    options = QualityOptions(ladder=ladder, calibration_folds=args.calibration_folds)
+    out = args.out if args.out != Path("complexity.npz") else Path("quality.npz")
+    try:
+        model = fit_quality(examples, vectors, embedder, options, info)
+    except ValueError as exc:
+        print(f"cannot fit the quality model: {exc}", file=sys.stderr)
+        return 2
+    model.save(out)
+    print(f"wrote {out}: {len(model.models)} model heads, ladder {' < '.join(model.ladder)}")
     return 0
 
 
@@ -242,12 +264,17 @@ def objective_report(
 
     def predict(rows: TierSet) -> Any:
         texts = [e.text for e in rows.examples]
-        vectors = embed_texts(embedder, texts) if cache is None else cached_embed(embedder, texts, cache)
+        vectors = (
+            embed_texts(embedder, texts) if cache is None else cached_embed(embedder, texts, cache)
+        )
         view = model.for_tiers(rows.models, {m: m for m in rows.models})
         return view.predict(vectors, feature_matrix(rows.examples)).astype(np.float64)
 
+    def reference(rows: TierSet) -> Any:
+        return model.for_tiers(rows.models, {m: m for m in rows.models}).reference_traffic()
+
     sets = held_out_sets(splits)
-    evaluated = evaluate_sets(sets, predict, objective, min_samples)
+    evaluated = evaluate_sets(sets, predict, objective, min_samples, reference)
     print(format_sets(evaluated, objective))
     for name, cal in tier_calibration(sets, predict):
         print()
@@ -256,7 +283,7 @@ def objective_report(
         from routers.plots import draw, sweep
 
         for row in evaluated:
-            curve = sweep(predict(row.rows), row.rows, min_samples)
+            curve = sweep(predict(row.rows), row.rows, min_samples, reference(row.rows))
             print(f"wrote {draw(row, curve, plot, objective)}")
 
 
@@ -286,6 +313,15 @@ def add_commands(sub: Any) -> None:
         help="benchmark-held-out folds for stacking and calibration (0: uncalibrated)",
     )
     train.add_argument("--limit", type=int, default=0, help="first N examples only")
+    train.add_argument(
+        "--quality",
+        action="store_true",
+        help="fit the per-tier quality model (routing.objective) from every row with per-model "
+        "correctness ('scores' in --data rows); default out: quality.npz",
+    )
+    train.add_argument(
+        "--ladder", default="", help="with --quality: the reference models, cheapest first"
+    )
     train.add_argument(
         "--no-cache",
         action="store_true",

@@ -14,11 +14,16 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from gateway.pooled_counts import PooledCounts
 from policies.lambda_sketch import COST_UNIT, QUALITY_UNIT, cost_count, lambda_for, quality_count
 from policies.schema import GatewayConfig, ObjectiveConfig, RoutingConfig
 from policies.share_store import ShareStore
-from routers.objective import Objective, TierChoice, decide_tier, sketch_request
+from routers.objective import Objective, TierChoice, decide_tier, sketch_request, traffic_lambda
+
+Array = npt.NDArray[np.float64]
 
 POLICY = "objective"  # the sketch's name in the store
 
@@ -34,20 +39,47 @@ def tier_prices(config: GatewayConfig, tier: str) -> tuple[float, float]:
 
 def expected_costs(config: GatewayConfig, objective: ObjectiveConfig, chars: int) -> list[float]:
     """What each tier would charge for a prompt of ``chars`` characters (cheapest first)."""
-    tokens = chars / 4.0 + 8.0
-    out = []
-    for tier in config.tiers:
-        price_in, price_out = tier_prices(config, tier)
-        out.append((tokens * price_in + objective.answer_for(tier) * price_out) / 1e6)
-    return out
+    return [float(c) for c in cost_matrix(config, objective, np.asarray([chars]))[0]]
+
+
+def cost_matrix(config: GatewayConfig, objective: ObjectiveConfig, chars: Array) -> Array:
+    """``(prompts, tiers)`` USD: input price x prompt tokens + output price x answer tokens."""
+    tokens = np.asarray(chars, dtype=np.float64)[:, None] / 4.0 + 8.0
+    prices = np.asarray([tier_prices(config, t) for t in config.tiers])
+    answers = np.asarray([objective.answer_for(t) for t in config.tiers], dtype=np.float64)
+    cost: Array = (tokens * prices[None, :, 0] + (answers * prices[:, 1])[None, :]) / 1e6
+    return cost
+
+
+def reference_lambda(
+    config: GatewayConfig, reference: tuple[Array, Array] | None
+) -> float | None:
+    """λ for the configured objective on the quality model's reference traffic (its
+    training prompts at this config's prices): what applies until traffic is pooled."""
+    objective = config.routing.objective
+    if objective is None or reference is None:
+        return None
+    quality, chars = reference
+    cost = cost_matrix(config, objective, chars)
+    return traffic_lambda(
+        np.asarray(quality, dtype=np.float64), cost, Objective(objective.kind, objective.share)
+    )
 
 
 class ObjectiveLambda:
-    def __init__(self, store: ShareStore) -> None:
+    def __init__(self, store: ShareStore, reference: tuple[Any, Any] | None = None) -> None:
         self.counts = PooledCounts(store, POLICY, self._learn)
+        self.reference = reference  # the quality model's reference traffic (P, characters)
         self._routing: RoutingConfig | None = None
-        self.lam: float | None = None  # None: too little pooled, requests decide alone
+        self._prior: tuple[int, float | None] | None = None  # (id of config, its λ)
+        self.lam: float | None = None  # None: too little pooled
         self.samples = 0  # requests in the pooled window at the last sync
+
+    def prior(self, config: GatewayConfig) -> float | None:
+        """The reference traffic's λ for this config snapshot (computed once per snapshot)."""
+        if self._prior is None or self._prior[0] != id(config):
+            self._prior = (id(config), reference_lambda(config, self.reference))
+        return self._prior[1]
 
     def choose(
         self,
@@ -66,16 +98,19 @@ class ObjectiveLambda:
         self._routing = config.routing
         self.counts.maybe_sync(config.routing.target, background)
         target = config.routing.target
-        why = (
-            f"λ from {self.samples} pooled requests"
-            if self.lam is not None
-            else f"{self.samples} of {target.min_samples} requests pooled"
-        )
+        lam = self.lam
+        why = f"λ from {self.samples} pooled requests"
+        if lam is None:
+            lam = self.prior(config)
+            why = (
+                f"λ of the reference traffic: {self.samples} of {target.min_samples} "
+                "requests pooled"
+            )
         choice = decide_tier(
             tuple(config.tiers),
             quality,
             cost,
-            self.lam,
+            lam,
             Objective(objective.kind, objective.share),
             why,
         )

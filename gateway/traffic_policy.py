@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from gateway.objective import expected_costs
+from gateway.objective import expected_costs, reference_lambda
 from policies.schema import GatewayConfig
 from routers.classifier import ComplexityScore
 from routers.decision import tier_for_score
@@ -25,8 +25,10 @@ def traffic_tiers(
     config: GatewayConfig,
     conversations: Sequence[Sequence[Mapping[str, Any]]],
     scores: Sequence[ComplexityScore],
+    reference: tuple[Any, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Per request ``{"tier": ...}`` and, under an objective, its λ (None: each alone)."""
+    """Per request ``{"tier": ...}`` and, under an objective, its λ (None: each alone);
+    ``reference``: the quality model's reference traffic, for fewer than min_samples."""
     tiers = list(config.tiers)
     routing = config.routing
     if not scores:
@@ -37,7 +39,11 @@ def traffic_tiers(
         chars = [sum(len(message_text(m)) for m in c) for c in conversations]
         cost = np.asarray([expected_costs(config, objective, n) for n in chars])
         picked, lam = route_traffic(
-            quality, cost, Objective(objective.kind, objective.share), routing.target.min_samples
+            quality,
+            cost,
+            Objective(objective.kind, objective.share),
+            routing.target.min_samples,
+            reference_lambda(config, reference),
         )
         return [{"tier": tiers[t], "lambda": lam} for t in picked]
     bounds = routing.thresholds

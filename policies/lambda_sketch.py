@@ -1,6 +1,6 @@
 """A mergeable sketch of recent traffic's cost/quality trade-offs, and λ from it.
 
-Under ``routing.objective`` a request goes to the tier maximising expected quality −
+Under ``routing.objective`` a request goes to the tier maximising expected quality -
 λ · expected cost. As λ grows, each request steps down to cheaper tiers at a few
 breakpoints (λ values where two tiers tie); at each step its cost falls by some dollars
 and its expected quality by some amount (costs as shares of what the request's largest
@@ -10,8 +10,8 @@ requests. Replicas merge sketches by adding fields (integers: billionths of a co
 and millionths of quality, so Redis ``HINCRBY`` pools them), and λ for an objective is
 read by walking the bins:
 
-* ``cost: s``: the smallest λ at which the traffic spends at most ``s`` × always-largest;
-* ``quality: s``: the largest λ at which expected quality stays ≥ ``s`` × always-largest.
+* ``cost: s``: the smallest λ at which the traffic spends at most ``s`` x always-largest;
+* ``quality: s``: the largest λ at which expected quality stays ≥ ``s`` x always-largest.
 
 A bin is 0.44 % of λ wide (4,096 bins over 18 decades): a request whose breakpoint lies
 in the bin λ is read at has switched (cost) or not (quality), so the objective holds on

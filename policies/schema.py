@@ -335,7 +335,9 @@ def _objective_problems(routing: RoutingConfig, tiers: list[str]) -> list[str]:
             problems.append("routing.objective.answer_tokens must not be negative")
     elif objective.answer_tokens < 0:
         problems.append("routing.objective.answer_tokens must not be negative")
-    problems.extend(f"routing.objective names unknown tier {t!r}" for t in sorted(named - set(tiers)))
+    problems.extend(
+        f"routing.objective names unknown tier {t!r}" for t in sorted(named - set(tiers))
+    )
     return problems
 
 

@@ -190,7 +190,15 @@ def _operator_example(record: Mapping[str, Any], where: str) -> Example:
         raise DataError(f"{where}: label must lie in [0, 1]")
     weight = float(record.get("weight") or 1.0)
     group = str(record.get("group") or "operator")
-    return Example(tuple(messages), label, weight, group, "operator", weak, strong)
+    scores = record.get("scores")
+    if isinstance(scores, str) and scores:
+        scores = json.loads(scores)
+    if scores not in (None, "") and not (
+        isinstance(scores, dict) and all(isinstance(v, int | float) for v in scores.values())
+    ):
+        raise DataError(f"{where}: scores must map model names to correctness")
+    named = {str(k): float(v) for k, v in scores.items()} if isinstance(scores, dict) else None
+    return Example(tuple(messages), label, weight, group, "operator", weak, strong, scores=named)
 
 
 def _text(value: Any) -> str | None:

@@ -133,7 +133,9 @@ def decide(
     used = None
     if choice is not None:
         tier = choice.tier
-        quality = ", ".join(f"{t} {q:.3f}" for t, q in zip(choice.tiers, choice.quality))
+        quality = ", ".join(
+            f"{t} {q:.3f}" for t, q in zip(choice.tiers, choice.quality, strict=True)
+        )
         trail.append(f"P(acceptable) {quality}; {choice.reason}: {tier}")
     elif score is None:
         tier = policy.default_tier
@@ -151,9 +153,7 @@ def decide(
             raise TierNotAllowed("this tenant may not force a tier with x-tiergate-tier")
         _check_explicit(forced_tier, permitted, "forced by header")
         trail.append(f"x-tiergate-tier forces {forced_tier}")
-        return TierDecision(
-            forced_tier, None, score, tuple(trail), thresholds=used, choice=choice
-        )
+        return TierDecision(forced_tier, None, score, tuple(trail), thresholds=used, choice=choice)
     tier = _within_policy(tier, config, policy, trail)
     return TierDecision(
         tier, None, score, tuple(trail), movable=True, thresholds=used, choice=choice

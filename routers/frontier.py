@@ -66,6 +66,6 @@ def by_length(lengths: F64, correct: F64, cost: F64, shares: F64) -> list[Point]
     out = []
     for share in shares:
         tiers = np.full(len(lengths), below, np.intp)
-        tiers[order[: int(round(share * len(lengths)))]] = correct.shape[1] - 1
+        tiers[order[: round(share * len(lengths))]] = correct.shape[1] - 1
         out.append(point(tiers, correct, cost))
     return out

@@ -22,6 +22,7 @@ from routers.tier_sets import PolicyResult, TierSet, run_policy, tier_set
 
 F64 = npt.NDArray[np.float64]
 Predict = Callable[[TierSet], F64]  # (rows, tiers) P(acceptable) for the set's tiers
+Reference = Callable[[TierSet], tuple[F64, F64] | None]  # the reference traffic for its tiers
 THREE_TIER = "three tiers: RouterBench mbpp + winogrande"
 
 
@@ -48,16 +49,22 @@ class SetRow:
 
 
 def evaluate_sets(
-    sets: Sequence[TierSet], predict: Predict, objective: Objective, min_samples: int
+    sets: Sequence[TierSet],
+    predict: Predict,
+    objective: Objective,
+    min_samples: int,
+    reference: Reference | None = None,
 ) -> list[SetRow]:
     out = []
     for rows in sets:
         quality = predict(rows)
+        prior = None if reference is None else reference(rows)
+        quarter = Objective("cost", 0.25)
         out.append(
             SetRow(
                 rows,
-                run_policy(quality, rows, objective, min_samples),
-                run_policy(quality, rows, Objective("cost", 0.25), min_samples),
+                run_policy(quality, rows, objective, min_samples, prior),
+                run_policy(quality, rows, quarter, min_samples, prior),
             )
         )
     return out
@@ -73,7 +80,8 @@ def format_sets(rows: Sequence[SetRow], objective: Objective) -> str:
         f"{'held-out set':<44} {'n':>5} | {shipped:^27} | {'cost 0.25':^27} | fixed tiers "
         "(accuracy @ cost)"
     )
-    sub = f"{'':<44} {'':>5} | {'acc   cost   hull  margin':^27} | {'acc   cost   hull  margin':^27} |"
+    columns = f"{'acc   cost   hull  margin':^27}"
+    sub = f"{'':<44} {'':>5} | {columns} | {columns} |"
     lines = [head, sub, "-" * len(head)]
     for r in rows:
         fixed = "  ".join(f"{p.accuracy:.3f}@{p.cost:.1%}" for p in r.rows.fixed)

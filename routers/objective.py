@@ -1,7 +1,7 @@
-"""``routing.objective``: each request to the tier maximising expected quality − λ · cost.
+"""``routing.objective``: each request to the tier maximising expected quality - λ · cost.
 
 Quality is the per-tier P(acceptable) of ``routers.quality``; cost is what the tier would
-charge for this prompt (prices × prompt tokens + the tier's expected answer length),
+charge for this prompt (prices x prompt tokens + the tier's expected answer length),
 weighed as a share of what the largest tier would charge for the same prompt. λ comes
 from recent traffic (``policies.lambda_sketch``): the λ at which that traffic meets the
 operator's objective, ``cost: s`` (each request spends, on average, at most ``s`` of
@@ -55,7 +55,7 @@ def relative(cost: F64) -> F64:
 
 
 def choose(quality: F64, cost: F64, lam: float) -> npt.NDArray[np.intp]:
-    """Per row the tier maximising ``quality − lam · cost share`` (ties: the cheaper tier)."""
+    """Per row the tier maximising ``quality - lam · cost share`` (ties: the cheaper tier)."""
     value = quality - lam * relative(cost)
     best = value.max(axis=1, keepdims=True)
     # the first tier (cheapest first) within float noise of the best
@@ -109,11 +109,18 @@ def traffic_lambda(quality: F64, cost: F64, objective: Objective) -> float:
 
 
 def route_traffic(
-    quality: F64, cost: F64, objective: Objective, min_samples: int
+    quality: F64,
+    cost: F64,
+    objective: Objective,
+    min_samples: int,
+    reference: float | None = None,
 ) -> tuple[npt.NDArray[np.intp], float | None]:
     """Tiers for rows that are the whole recent traffic, as the gateway routes them: by
-    the λ of their pooled sketch, or, with fewer than ``min_samples`` rows, each row alone."""
+    the λ of their pooled sketch, or, with fewer than ``min_samples`` rows, by the λ of
+    the reference traffic (``reference``), else each row alone."""
     if len(quality) < min_samples:
+        if reference is not None:
+            return choose(quality, cost, reference), reference
         tiers = [alone(list(q), list(c), objective) for q, c in zip(quality, cost, strict=True)]
         return np.asarray(tiers, dtype=np.intp), None
     lam = traffic_lambda(quality, cost, objective)

@@ -29,7 +29,7 @@ from routers.features import FEATURES
 
 SHIPPED_QUALITY = Path(__file__).resolve().parent / "model" / "quality.npz"
 Array = npt.NDArray[np.float32]
-_ARRAYS = ("mean", "scale", "coef", "intercept")
+_ARRAYS = ("mean", "scale", "coef", "intercept", "reference_logits", "reference_chars")
 
 
 class QualityFormatError(ValueError):
@@ -37,7 +37,10 @@ class QualityFormatError(ValueError):
 
 
 class TierQuality(Protocol):
-    tiers: tuple[str, ...]  # the configured tiers it predicts for, cheapest first
+    @property
+    def tiers(self) -> tuple[str, ...]:
+        """The configured tiers it predicts for, cheapest first (a plain attribute will do)."""
+        ...
 
     def predict(self, vectors: Array, features: Array) -> Array:
         """``(n, len(tiers))`` P(the tier's answer is acceptable)."""
@@ -60,6 +63,10 @@ class QualityModel:
     scale: Array
     coef: Array  # (models, dim)
     intercept: Array  # (models,)
+    # Reference traffic (a sample of the training prompts): each head's logit, and the
+    # prompt's characters; λ is read from it until a deployment has pooled its own.
+    reference_logits: Array  # (prompts, models)
+    reference_chars: Array  # (prompts,)
     info: Mapping[str, Any]
 
     def logits_of(self, rows: Sequence[int], vectors: Array, features: Array) -> Array:
@@ -98,7 +105,12 @@ class QualityModel:
             np.savez_compressed(
                 handle,
                 meta=np.frombuffer(json.dumps(meta, sort_keys=True).encode(), dtype=np.uint8),
-                **{name: np.asarray(getattr(self, name), dtype=np.float32) for name in _ARRAYS},
+                mean=self.mean.astype(np.float32),
+                scale=self.scale.astype(np.float32),
+                coef=self.coef.astype(np.float32),
+                intercept=self.intercept.astype(np.float32),
+                reference_logits=self.reference_logits.astype(np.float32),
+                reference_chars=self.reference_chars.astype(np.float32),
             )
 
     @classmethod
@@ -115,6 +127,8 @@ class QualityModel:
             raise QualityFormatError(f"{path}: trained on other features: {meta['features']}")
         if arrays["coef"].shape != (len(models), arrays["mean"].shape[0]) or not ladder:
             raise QualityFormatError(f"{path}: inconsistent shapes, models or ladder")
+        if arrays["reference_logits"].shape[1:] != (len(models),):
+            raise QualityFormatError(f"{path}: reference traffic of another shape")
         if not set(ladder) <= set(models):
             raise QualityFormatError(f"{path}: the ladder names a model without a head")
         return cls(
@@ -143,14 +157,25 @@ class TierView:
     rows: tuple[int, ...]  # the model head each tier stands for
 
     @property
-    def reference(self) -> dict[str, str]:
+    def stands_for(self) -> dict[str, str]:
         return {t: self.model.models[r] for t, r in zip(self.tiers, self.rows, strict=True)}
 
     def logits(self, vectors: Array, features: Array) -> Array:
         return self.model.logits_of(self.rows, vectors, features)
 
     def predict(self, vectors: Array, features: Array) -> Array:
-        probabilities: Array = (1.0 / (1.0 + np.exp(-self.logits(vectors, features)))).astype(
-            np.float32
-        )
-        return probabilities
+        return _sigmoid(self.logits(vectors, features))
+
+    def reference_logits(self) -> Array:
+        """The reference traffic's logits for these tiers (a recalibration maps them too)."""
+        logits: Array = self.model.reference_logits[:, list(self.rows)]
+        return logits
+
+    def reference_traffic(self) -> tuple[Array, Array]:
+        """The reference traffic: per-tier P(acceptable) and each prompt's characters."""
+        return _sigmoid(self.reference_logits()), self.model.reference_chars
+
+
+def _sigmoid(logits: Array) -> Array:
+    out: Array = (1.0 / (1.0 + np.exp(-logits))).astype(np.float32)
+    return out

@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from routers.datasets import Example, family
-from routers.features import FEATURES
+from routers.features import FEATURES, message_text
 from routers.quality import QualityModel
 from routers.training import family_folds, feature_matrix
 
@@ -42,6 +42,8 @@ Ints = npt.NDArray[np.intp]
 # The one ladder whose three rungs were scored on the same prompts, with costs
 # (RouterBench): a 7B, a mixture-of-experts 47B and a frontier model.
 LADDER = ("mistral-7b-instruct", "mixtral-8x7b-instruct", "gpt-4-1106-preview")
+JUDGED = "anchors"  # the family of the hand-labelled anchors (data/routing/anchors.csv)
+REFERENCE_STEP = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +54,12 @@ class QualityOptions:
     power: float = 0.5  # an item's observations weigh 1 / models ** power each
     calibration_folds: int = 5  # benchmark-held-out folds for the Platt maps; 0: none
     ladder: tuple[str, ...] = LADDER
+    anchor_weight: float | None = None  # an anchor's weight (None: the data's, 5)
     group_offsets: bool = False  # one easiness offset per benchmark while fitting
+    # Subtracted from the fitted easiness per standardised log-length: inside a benchmark a
+    # longer request is harder (the complexity model's length prior, chosen there by
+    # leave-one-benchmark-out).
+    length_prior: float = 1.0
     max_iter: int = 150
 
 
@@ -83,7 +90,10 @@ def observations(examples: Sequence[Example], options: QualityOptions) -> Observ
             scores = _anchor_scores(example.label, options.ladder)
         if not scores:
             continue
-        each = example.weight / len(scores) ** options.power
+        weight = example.weight
+        if example.source == JUDGED and options.anchor_weight is not None:
+            weight = options.anchor_weight
+        each = weight / len(scores) ** options.power
         for name, score in sorted(scores.items()):
             items.append(row)
             models.append(names.setdefault(name, len(names)))
@@ -112,6 +122,11 @@ class ItemResponse:
         return out
 
 
+def _length_column(dim: int) -> int:
+    """The standardised ``log_chars_total`` column of ``[embedding, features]``."""
+    return dim - len(FEATURES) + FEATURES.index("log_chars_total")
+
+
 def _softplus(x: F64) -> F64:
     out: F64 = np.logaddexp(0.0, x)
     return out
@@ -136,9 +151,17 @@ def fit_item_response(
     wt = obs.weight / total
     used, local = np.unique(obs.item, return_inverse=True)
     zu = np.ascontiguousarray(z[used], dtype=np.float32)
+    # The length prior is added after fitting (as the complexity model's is): fitted with
+    # it, the free weights would simply undo it.
+    prior = np.zeros(d)
+    prior[_length_column(d)] = -options.length_prior
     # item_sum @ per-observation values: their sum per item (the gradient's gather)
     item_sum = csr_matrix((np.ones(len(local)), (local, np.arange(len(local)))))
-    group = np.zeros(len(used), np.intp) if groups is None else np.unique(groups[used], return_inverse=True)[1]
+    group = (
+        np.zeros(len(used), np.intp)
+        if groups is None
+        else np.unique(groups[used], return_inverse=True)[1]
+    )
     n_groups = int(group.max()) + 1 if groups is not None else 0
     seen = np.maximum(np.bincount(obs.model, wt, m), 1e-12)
     y_mean = np.clip(np.bincount(obs.model, obs.y * wt, m) / seen, 0.02, 0.98)
@@ -169,7 +192,9 @@ def fit_item_response(
         dh = np.asarray(item_sum @ (g[:, None] * p.u[obs.model]))
         grad = [(dh.T @ zu + options.l2 / total * p.w).ravel(), dh.sum(axis=0)]
         if n_groups:
-            grad.append(np.stack([np.bincount(group, dh[:, j], n_groups) for j in range(k)], 1).ravel())
+            grad.append(
+                np.stack([np.bincount(group, dh[:, j], n_groups) for j in range(k)], 1).ravel()
+            )
         if fixed is None:
             du = np.stack([np.bincount(obs.model, g * rows[:, j], m) for j in range(k)], axis=1)
             dv = np.bincount(obs.model, g, m)
@@ -178,7 +203,7 @@ def fit_item_response(
         return value, np.concatenate(grad)
 
     if fixed is not None:  # warm start: the item function fitted on everything
-        start = [fixed.w.ravel(), fixed.c, np.zeros(g_len)]
+        start = [(fixed.w - prior[None, :]).ravel(), fixed.c, np.zeros(g_len)]
     else:
         start = [np.zeros(k * d), np.zeros(k), np.zeros(g_len)]
         start += [np.full(m * k, 0.5), np.log(y_mean / (1 - y_mean))]
@@ -191,6 +216,7 @@ def fit_item_response(
     )
     theta = np.asarray(result.x, dtype=np.float64)
     fitted = unpack(theta)
+    fitted = ItemResponse(fitted.w + prior[None, :], fitted.c, fitted.u, fitted.v)
     if not n_groups:
         return fitted
     per_item = np.bincount(local, obs.weight, len(used))
@@ -222,9 +248,12 @@ def out_of_family_logits(
     options: QualityOptions,
     groups: Ints | None = None,
 ) -> F64:
-    """Each observation's logit from an item function fitted without its family."""
-    out = np.zeros(len(obs.y))
+    """Each observation's logit from an item function fitted without its family (the
+    ``judged`` items, hand-labelled anchors, are never held out: NaN)."""
+    out = np.full(len(obs.y), np.nan)
     used = np.unique(obs.item)
+    measured = np.asarray([families[i] != JUDGED for i in used])
+    used = used[measured]
     for fold in family_folds([families[i] for i in used], options.calibration_folds):
         held_items = used[fold]
         held = np.isin(obs.item, held_items)
@@ -263,14 +292,21 @@ def fit_quality(
     calibration = [(0.0, 1.0)] * len(obs.models)
     if options.calibration_folds and len({families[i] for i in used}) >= 2:
         oof = out_of_family_logits(z, obs, families, base, options, groups)
+        # calibrated on measured correctness only: the anchors are judgements
         calibration = [
-            _platt(oof[obs.model == m], obs.y[obs.model == m], obs.weight[obs.model == m])
-            for m in range(len(obs.models))
+            _platt(oof[rows], obs.y[rows], obs.weight[rows])
+            for rows in ((obs.model == m) & ~np.isnan(oof) for m in range(len(obs.models)))
         ]
+    w, c = base.w, base.c
     coef, intercept = [], []
     for m, (a, b) in enumerate(calibration):
-        coef.append(b * (base.u[m] @ base.w))
-        intercept.append(a + b * (base.v[m] + base.u[m] @ base.c))
+        coef.append(b * (base.u[m] @ w))
+        intercept.append(a + b * (base.v[m] + base.u[m] @ c))
+    # Reference traffic: every REFERENCE_STEP-th measured prompt, as the model predicts it
+    # (what λ is read from until a deployment has pooled traffic of its own).
+    measured = [i for i in used if families[i] != JUDGED][::REFERENCE_STEP]
+    reference = z[measured] @ np.asarray(coef).T + np.asarray(intercept)
+    chars = [sum(len(message_text(m)) for m in examples[i].messages) for i in measured]
     return QualityModel(
         embedder=embedder,
         features=FEATURES,
@@ -280,10 +316,14 @@ def fit_quality(
         scale=scale.astype(np.float32),
         coef=np.asarray(coef, dtype=np.float32),
         intercept=np.asarray(intercept, dtype=np.float32),
+        reference_logits=np.asarray(reference, dtype=np.float32),
+        reference_chars=np.asarray(chars, dtype=np.float32),
         info={
             "dims": options.dims,
             "l2": options.l2,
             "power": options.power,
+            "length_prior": options.length_prior,
+            "anchor_weight": options.anchor_weight,
             "group_offsets": options.group_offsets,
             "calibration_folds": options.calibration_folds,
             "observations": len(obs.y),

@@ -20,7 +20,7 @@ import numpy.typing as npt
 from routers.datasets import GOLDEN_STRONG, GOLDEN_WEAK, Example
 from routers.features import message_text
 from routers.frontier import Point, fixed_points, hull_accuracy, point
-from routers.objective import Objective, route_traffic
+from routers.objective import Objective, route_traffic, traffic_lambda
 from routers.quality_training import LADDER
 
 F64 = npt.NDArray[np.float64]
@@ -39,14 +39,15 @@ CHARS_PER_TOKEN = 4.0
 ANSWER_TOKENS = 256  # what a tier is expected to write when nothing better is known
 
 
-def prompt_tokens(chars: float) -> float:
-    return chars / CHARS_PER_TOKEN + 8.0
+def prompt_tokens(chars: F64) -> F64:
+    tokens: F64 = chars / CHARS_PER_TOKEN + 8.0
+    return tokens
 
 
 def expected_cost(
     chars: F64, prices: Sequence[tuple[float, float]], answer_tokens: Sequence[float]
 ) -> F64:
-    """``(n, tiers)`` USD: input price × prompt tokens + output price × answer tokens."""
+    """``(n, tiers)`` USD: input price x prompt tokens + output price x answer tokens."""
     tokens = prompt_tokens(np.asarray(chars, dtype=np.float64))[:, None]
     inputs = np.asarray([p[0] for p in prices])[None, :]
     outputs = np.asarray([p[1] for p in prices])[None, :]
@@ -108,9 +109,21 @@ class PolicyResult:
 
 
 def run_policy(
-    quality: F64, rows: TierSet, objective: Objective, min_samples: int = 200
+    quality: F64,
+    rows: TierSet,
+    objective: Objective,
+    min_samples: int = 200,
+    reference: tuple[F64, F64] | None = None,
 ) -> PolicyResult:
-    """Route ``rows`` with predictions ``quality`` (n, tiers) under ``objective``."""
-    tiers, lam = route_traffic(quality, rows.expected, objective, min_samples)
+    """Route ``rows`` with predictions ``quality`` (n, tiers) under ``objective``;
+    ``reference``: the quality model's reference traffic for these tiers (P, characters),
+    whose λ applies to sets smaller than ``min_samples``, as in the gateway."""
+    prior = None
+    if reference is not None and len(rows.examples) < min_samples:
+        cost = expected_cost(
+            reference[1], [PRICES[m] for m in rows.models], [ANSWER_TOKENS] * len(rows.models)
+        )
+        prior = traffic_lambda(np.asarray(reference[0], dtype=np.float64), cost, objective)
+    tiers, lam = route_traffic(quality, rows.expected, objective, min_samples, prior)
     spent = point(tiers, rows.correct, rows.cost)
     return PolicyResult(objective, lam, spent, hull_accuracy(rows.fixed, spent.cost))

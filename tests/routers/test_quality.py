@@ -72,11 +72,11 @@ def test_recovers_the_ability_order_and_the_difficulty(fitted: tuple) -> None:
 
 def test_tiers_map_to_the_ladder_by_position_or_by_name(fitted: tuple) -> None:
     model = fitted[0]
-    assert model.for_tiers(("a", "b", "c")).reference == {"a": "tiny", "b": "mid", "c": "big"}
-    assert model.for_tiers(("a", "b")).reference == {"a": "tiny", "b": "big"}
-    assert model.for_tiers(("only",)).reference == {"only": "big"}
+    assert model.for_tiers(("a", "b", "c")).stands_for == {"a": "tiny", "b": "mid", "c": "big"}
+    assert model.for_tiers(("a", "b")).stands_for == {"a": "tiny", "b": "big"}
+    assert model.for_tiers(("only",)).stands_for == {"only": "big"}
     named = model.for_tiers(("a", "b"), {"a": "mid"})
-    assert named.reference == {"a": "mid", "b": "big"}
+    assert named.stands_for == {"a": "mid", "b": "big"}
     with pytest.raises(QualityFormatError, match="no quality head for nope"):
         model.for_tiers(("a",), {"a": "nope"})
 
@@ -103,5 +103,7 @@ def test_the_shipped_model_loads_and_predicts_the_ladder() -> None:
     assert set(model.ladder) <= set(model.models)
     assert model.info["items"] > 5000  # every labelled prompt of the training split
     view = model.for_tiers(("small", "medium", "large"))
-    q = view.predict(np.zeros((1, model.mean.shape[0] - 20), np.float32), np.zeros((1, 20), np.float32))
+    q = view.predict(
+        np.zeros((1, model.mean.shape[0] - 20), np.float32), np.zeros((1, 20), np.float32)
+    )
     assert q.shape == (1, 3) and np.all((q > 0) & (q < 1))
