@@ -25,7 +25,7 @@ from routers.embedders import build_embedder
 from routers.objective import Objective
 from routers.offline import cached_embed, embedding_cache_path
 from routers.quality_training import QualityOptions, fit_quality
-from routers.tier_sets import tier_set, run_policy
+from routers.tier_sets import run_policy, tier_set
 from routers.training import feature_matrix
 
 FAMILIES = "mmlu,gsm8k,human-eval,gpqa,commonsense-qa"

@@ -64,8 +64,8 @@ def cmd_classify(args: argparse.Namespace) -> int:
         print(exc, file=sys.stderr)
         return 2
     objective = config.routing.objective
-    reference = objective.reference if objective is not None else None
-    built = build_routing(_spec(config, args.model), tuple(config.tiers), reference)
+    stands_for = objective.reference if objective is not None else None
+    built = build_routing(_spec(config, args.model), tuple(config.tiers), stands_for)
     errors: list[str] = []
     source = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
     try:
@@ -77,8 +77,8 @@ def cmd_classify(args: argparse.Namespace) -> int:
     for start in range(0, len(records), BATCH):
         batch = [m for _, m in records[start : start + BATCH]]
         scores += score_conversations(built.classifier, built.embedder, batch)
-    reference = built.quality.reference_traffic() if built.quality is not None else None
-    routed = traffic_tiers(config, [m for _, m in records], scores, reference)
+    traffic = built.quality.reference_traffic() if built.quality is not None else None
+    routed = traffic_tiers(config, [m for _, m in records], scores, traffic)
     target = sys.stdout.buffer if args.output == "-" else open(args.output, "wb")
     try:
         for (ident, _), score, line in zip(records, scores, routed, strict=True):

@@ -51,9 +51,7 @@ def cost_matrix(config: GatewayConfig, objective: ObjectiveConfig, chars: Array)
     return cost
 
 
-def reference_lambda(
-    config: GatewayConfig, reference: tuple[Array, Array] | None
-) -> float | None:
+def reference_lambda(config: GatewayConfig, reference: tuple[Array, Array] | None) -> float | None:
     """λ for the configured objective on the quality model's reference traffic (its
     training prompts at this config's prices): what applies until traffic is pooled."""
     objective = config.routing.objective
