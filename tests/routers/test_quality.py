@@ -43,7 +43,11 @@ def synthetic(n: int, seed: int) -> tuple[list[Example], np.ndarray, np.ndarray]
 def fitted() -> tuple[QualityModel, np.ndarray, np.ndarray, list[Example]]:
     examples, vectors, _ = synthetic(1500, seed=0)
     model = fit_quality(
-        examples, vectors, "test-embedder", QualityOptions(ladder=MODELS, l2=1.0, max_iter=300)
+        examples,
+        vectors,
+        "test-embedder",
+        # these items' difficulty does not grow with length: no length prior
+        QualityOptions(ladder=MODELS, l2=1.0, max_iter=300, length_prior=0.0),
     )
     test, test_vectors, truth = synthetic(800, seed=1)
     return model, test_vectors, truth, test
