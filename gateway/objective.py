@@ -39,7 +39,12 @@ def tier_prices(config: GatewayConfig, tier: str) -> tuple[float, float]:
 
 def expected_costs(config: GatewayConfig, objective: ObjectiveConfig, chars: int) -> list[float]:
     """What each tier would charge for a prompt of ``chars`` characters (cheapest first)."""
-    return [float(c) for c in cost_matrix(config, objective, np.asarray([chars]))[0]]
+    tokens = chars / 4.0 + 8.0
+    out = []
+    for tier in config.tiers:
+        price_in, price_out = tier_prices(config, tier)
+        out.append((tokens * price_in + objective.answer_for(tier) * price_out) / 1e6)
+    return out
 
 
 def cost_matrix(config: GatewayConfig, objective: ObjectiveConfig, chars: Array) -> Array:

@@ -80,9 +80,15 @@ def steps(quality: Sequence[float], cost: Sequence[float]) -> list[tuple[float, 
         current = nxt
 
 
+def _shares(cost: Sequence[float]) -> list[float]:
+    """``relative`` for one request, in plain floats (the request path)."""
+    largest = cost[-1]
+    return [c / largest if largest > 0 else 0.0 for c in cost]
+
+
 def sketch_request(counts: Counter[str], quality: Sequence[float], cost: Sequence[float]) -> None:
     """Add one request's trade-offs (costs as shares of its largest tier) to a sketch."""
-    cost = [float(c) for c in relative(np.asarray(cost, dtype=np.float64))]
+    cost = _shares(cost)
     start = max(range(len(quality)), key=lambda t: (quality[t], -cost[t]))
     counts["C0"] += cost_count(cost[start])
     counts["Q0"] += quality_count(quality[start])
@@ -154,7 +160,10 @@ def decide_tier(
         t = alone(quality, cost, objective)
         reason = f"{objective.kind} {objective.share:g} met by this request alone ({why})"
     else:
-        t = int(choose(np.asarray([quality]), np.asarray([cost]), lam)[0])
+        shares = _shares(cost)
+        value = [q - lam * c for q, c in zip(quality, shares, strict=True)]
+        best = max(value)
+        t = next(i for i, v in enumerate(value) if v >= best - 1e-12)  # as ``choose``
         reason = f"max quality - λ·cost at λ {lam:.4g} ({why})"
     return TierChoice(
         tuple(tiers),
