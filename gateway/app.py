@@ -30,6 +30,7 @@ from gateway.error_boundary import install_error_handling
 from gateway.hold import Money
 from gateway.http import GatewayRoute
 from gateway.metrics import GatewayMetrics
+from gateway.objective import ObjectiveLambda
 from gateway.openapi import ADMIN_ERRORS, GatewayApp
 from gateway.reload import install_sighup, remove_sighup
 from gateway.reload_bus import reload_and_publish
@@ -139,6 +140,12 @@ async def build_state(
         served_embedder=await _served_embedder(config, routing, notes),
         notes=notes,
         shares=TargetShares(open_share_store(store)),
+        objective=ObjectiveLambda(
+            open_share_store(store),
+            routing.quality.reference_traffic()
+            if routing is not None and routing.quality is not None
+            else None,
+        ),
         admin_guesses=GuessThrottle(
             config.admin.failures_per_minute, config.admin.failures_per_minute_total
         ),
@@ -152,7 +159,12 @@ def serving_core(state: GatewayState) -> ServingCore:
     policy reload keeps the collaborators and swaps the config)."""
     money = Money(state.budgets, state.limiter, state.journal, state.ledger, state.background)
     router = Router(
-        state.classifier, state.embedder, state.shares, state.replicas, state.background
+        state.classifier,
+        state.embedder,
+        state.shares,
+        state.replicas,
+        state.background,
+        state.objective,
     )
     parts = Collaborators(
         pools=state.pools,
@@ -225,11 +237,14 @@ async def _load_classifier(config: GatewayConfig, notes: list[str]) -> RoutingMo
         return None
     from routers.classifier import ModelFormatError
     from routers.embedding import EmbedderUnavailable
+    from routers.quality import QualityFormatError
     from routers.setup import build_routing
 
+    objective = config.routing.objective
+    reference = objective.reference if objective is not None else None
     try:
-        built = await asyncio.to_thread(build_routing, spec)
-    except (EmbedderUnavailable, ModelFormatError) as exc:
+        built = await asyncio.to_thread(build_routing, spec, tuple(config.tiers), reference)
+    except (EmbedderUnavailable, ModelFormatError, QualityFormatError) as exc:
         note = f"complexity classifier unavailable ({exc}): 'auto' uses the tenant default tier"
         log.error("%s", note)
         notes.append(note)

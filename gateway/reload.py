@@ -45,11 +45,18 @@ class Reloaded:
     thresholds: tuple[float, float]
 
 
+def _stands_for(config: GatewayConfig) -> dict[str, str]:
+    objective = config.routing.objective
+    return {} if objective is None else dict(objective.reference)
+
+
 def _needs_restart(old: GatewayConfig, new: GatewayConfig) -> list[str]:
     fixed = {
         "engines": (old.engines, new.engines),
         "tiers": (old.tiers, new.tiers),
         "routing.classifier": (old.routing.classifier, new.routing.classifier),
+        # which quality head each tier stands for is fixed when the model is loaded
+        "routing.objective.reference": (_stands_for(old), _stands_for(new)),
         "server": (old.server, new.server),
         "redis_url": (old.redis_url, new.redis_url),
         "redis_cluster": (old.redis_cluster, new.redis_cluster),

@@ -4,8 +4,8 @@ cache probe and the request's one shared embedding. Nothing here runs a model.
 The config is the snapshot the request took at admission; it travels in the
 ``RoutedRequest`` and nothing after routing reads another. The exact cache is looked
 up before classification (its key does not depend on the tier): a hit skips it.
-The call to the router is ``_tier``: the score (``_complexity``), the learned
-thresholds, then ``_decide``.
+The call to the router is ``_tier``: the score and per-tier predictions
+(``_complexity``), the objective's choice or the learned thresholds, then ``_decide``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from backends.pool import Replica
 from gateway.cache.service import CacheProbe, PromptCache
 from gateway.capabilities import fit_tier
 from gateway.errors import InvalidRequest, ModelNotFound, PermissionDenied
+from gateway.objective import ObjectiveLambda
 from gateway.target_share import TargetShares
 from gateway.timing import timed
 from policies.schema import GatewayConfig
@@ -36,7 +37,8 @@ from routers.decision import (
     decide,
 )
 from routers.embedding import Embedder, EmbeddingOnce, last_user_text
-from routers.features import prompt_messages
+from routers.features import message_text, prompt_messages
+from routers.objective import TierChoice
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,7 @@ class Router:
     shares: TargetShares | None  # ``routing.target_share``: thresholds from traffic
     replicas: Mapping[str, Sequence[Replica]]  # what each tier's engines honour
     background: set[asyncio.Task[None]]  # the share sketch's sync tasks
+    objective: ObjectiveLambda | None = None  # ``routing.objective``: λ from traffic
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,18 +171,39 @@ def _tier(
     *,
     observe: bool,
 ) -> TierDecision:
-    """The router's call: the score, with the thresholds learnt from traffic when the
-    policy asks for them (``observe``: the score joins the sketch), to a tier decision."""
+    """The router's call: under ``routing.objective`` the tier with the best expected
+    quality - λ · cost, else the score with the thresholds learnt from traffic when the
+    policy asks for them (``observe``: the request joins the sketch), to a decision."""
     learned: tuple[tuple[float, float] | None, str] = (None, "thresholds")
     shares = router.shares
-    if shares is not None and complexity is not None and config.routing.target_share:
+    choice = None
+    if config.routing.objective is not None and complexity is not None:
+        choice = _objective_choice(config, router, complexity, ask.generation, observe)
+    elif shares is not None and complexity is not None and config.routing.target_share:
         tiers = list(config.tiers)
         learned = (
             shares.route(config.routing, tiers, complexity.score, router.background)
             if observe
             else shares.thresholds(config.routing, tiers, router.background)
         )
-    return _decide(config, ask.principal, ask.requested_model, complexity, ask.forced_tier, learned)
+    return _decide(
+        config, ask.principal, ask.requested_model, complexity, ask.forced_tier, learned, choice
+    )
+
+
+def _objective_choice(
+    config: GatewayConfig,
+    router: Router,
+    complexity: ComplexityScore,
+    build: GenerationRequest,
+    observe: bool,
+) -> TierChoice | None:
+    """``routing.objective``'s tier for this request (None: no per-tier predictions)."""
+    if router.objective is None or complexity.quality is None:
+        return None
+    messages = build.messages or prompt_messages(build.prompt or "")
+    chars = sum(len(message_text(m)) for m in messages)
+    return router.objective.choose(config, complexity.quality, chars, router.background, observe)
 
 
 def _decide(
@@ -189,13 +213,16 @@ def _decide(
     complexity: ComplexityScore | None,
     forced_tier: str | None,
     learned: tuple[tuple[float, float] | None, str] = (None, "thresholds"),
+    choice: TierChoice | None = None,
 ) -> TierDecision:
     refusal = principal.model_refusal(requested_model, config)  # the key's model scope
     if refusal is not None:
         raise PermissionDenied(refusal, param="model")
     score = None if complexity is None else complexity.score
     try:
-        return decide(config, principal.policy, requested_model, score, forced_tier, *learned)
+        return decide(
+            config, principal.policy, requested_model, score, forced_tier, *learned, choice
+        )
     except UnknownModel:
         raise ModelNotFound(
             f"The model `{requested_model}` does not exist or you do not have access to it.",

@@ -17,6 +17,7 @@ from starlette.requests import Request
 from backends.pool import EnginePool, Replica
 from gateway.cache.service import PromptCache
 from gateway.metrics import GatewayMetrics
+from gateway.objective import ObjectiveLambda
 from gateway.responses_store import ResponseStore
 from gateway.serving import Readiness, ServingCore
 from gateway.target_share import TargetShares
@@ -63,6 +64,7 @@ class GatewayState:
     classifier: Classifier | None = None  # None: ``auto`` goes to the tenant's default tier
     config_source: Callable[[], GatewayConfig] | None = None  # re-read on policy reload
     shares: TargetShares | None = None  # ``routing.target_share``: thresholds from traffic
+    objective: ObjectiveLambda | None = None  # ``routing.objective``: λ from traffic
     admin_guesses: GuessThrottle = field(default_factory=lambda: GuessThrottle(5, 50))
     # What requests run on: ``config`` and the collaborators above (``gateway.app``).
     core: ServingCore = field(init=False)

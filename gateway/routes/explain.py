@@ -2,7 +2,8 @@
 
 The body is a chat request (``messages``) or a text completion request (``prompt``);
 ``model`` defaults to ``auto``. The answer shows the complexity score, the text
-features, the chosen tier and every rule that moved it.
+features, the per-tier predicted quality, the objective's λ and reason, the chosen tier
+and every rule that moved it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from gateway.routing import Ask
 from gateway.wire import chat as chat_wire
 from gateway.wire import completions as completions_wire
 from gateway.wire.common import parse_body
+from policies.schema import GatewayConfig
+from routers.objective import TierChoice
 
 router = APIRouter(
     route_class=GatewayRoute, tags=["v1"], responses=errors(400, 401, 404, 408, 413, 429, 500, 503)
@@ -71,9 +74,32 @@ async def explain_route(request: Request, call: TenantDep) -> Response:
         "p_large": None if complexity is None else complexity.p_large,
         "thresholds": list(routed.decision.thresholds or config.routing.thresholds),
         "features": None if complexity is None else dict(complexity.features),
+        "quality": _per_tier(config, None if complexity is None else complexity.quality),
+        "objective": _objective(routed.decision.choice, config),
         "trail": list(routed.decision.trail),
     }
     headers = {"x-tiergate-tier": routed.tier}
     if complexity is not None:
         headers["x-tiergate-complexity"] = f"{complexity.score:.4f}"
     return Response(orjson.dumps(answer), media_type="application/json", headers=headers)
+
+
+def _per_tier(config: GatewayConfig, values: tuple[float, ...] | None) -> dict[str, float] | None:
+    """P(the tier's answer is acceptable), by tier."""
+    if values is None:
+        return None
+    return {t: round(v, 4) for t, v in zip(config.tiers, values, strict=True)}
+
+
+def _objective(choice: TierChoice | None, config: GatewayConfig) -> dict[str, object] | None:
+    """``routing.objective``'s decision: expected cost per tier, λ, the tier and why."""
+    objective = config.routing.objective
+    if choice is None or objective is None:
+        return None
+    return {
+        objective.kind: objective.share,
+        "lambda": choice.lam,
+        "expected_cost_usd": dict(zip(choice.tiers, choice.cost, strict=True)),
+        "tier": choice.tier,
+        "reason": choice.reason,
+    }
