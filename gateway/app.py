@@ -27,11 +27,14 @@ from gateway.admin_auth import weak_admin_key
 from gateway.cache.build import close_cache, open_cache
 from gateway.cluster import join_cluster
 from gateway.error_boundary import install_error_handling
+from gateway.hold import Money
 from gateway.http import GatewayRoute
 from gateway.metrics import GatewayMetrics
+from gateway.objective import ObjectiveLambda
 from gateway.openapi import ADMIN_ERRORS, GatewayApp
 from gateway.reload import install_sighup, remove_sighup
 from gateway.reload_bus import reload_and_publish
+from gateway.responses_store import ResponseStore
 from gateway.routes import (
     admin_audit,
     admin_budgets,
@@ -46,7 +49,10 @@ from gateway.routes import (
     load,
     metrics,
     models,
+    responses,
 )
+from gateway.routing import Router
+from gateway.serving import Collaborators, ServingCore
 from gateway.state import GatewayState
 from gateway.target_share import TargetShares
 from gateway.throttle import GuessThrottle
@@ -127,17 +133,52 @@ async def build_state(
         keys=keys,
         audit=open_audit(store),
         journal=journal,
+        responses=ResponseStore(store),
         cache=cache,
         embedder=embedder or shared,  # one embedder: the cache and the classifier share it
         classifier=routing.classifier if routing is not None else None,
         served_embedder=await _served_embedder(config, routing, notes),
         notes=notes,
         shares=TargetShares(open_share_store(store)),
+        objective=ObjectiveLambda(
+            open_share_store(store),
+            routing.quality.reference_traffic()
+            if routing is not None and routing.quality is not None
+            else None,
+        ),
         admin_guesses=GuessThrottle(
             config.admin.failures_per_minute, config.admin.failures_per_minute_total
         ),
     )
+    state.core = serving_core(state)
     return state
+
+
+def serving_core(state: GatewayState) -> ServingCore:
+    """The serving core over the state's collaborators and its config (at startup; a
+    policy reload keeps the collaborators and swaps the config)."""
+    money = Money(state.budgets, state.limiter, state.journal, state.ledger, state.background)
+    router = Router(
+        state.classifier,
+        state.embedder,
+        state.shares,
+        state.replicas,
+        state.background,
+        state.objective,
+    )
+    parts = Collaborators(
+        pools=state.pools,
+        replicas=state.replicas,
+        router=router,
+        money=money,
+        cache=state.cache,
+        metrics=state.metrics,
+        store=state.store,
+        served_embedder=state.served_embedder,
+        readiness=state.readiness,
+        responses=state.responses,
+    )
+    return ServingCore(state.config, parts)
 
 
 def journal_dir(config: GatewayConfig, store: Store) -> Path | None:
@@ -196,11 +237,14 @@ async def _load_classifier(config: GatewayConfig, notes: list[str]) -> RoutingMo
         return None
     from routers.classifier import ModelFormatError
     from routers.embedding import EmbedderUnavailable
+    from routers.quality import QualityFormatError
     from routers.setup import build_routing
 
+    objective = config.routing.objective
+    reference = objective.reference if objective is not None else None
     try:
-        built = await asyncio.to_thread(build_routing, spec)
-    except (EmbedderUnavailable, ModelFormatError) as exc:
+        built = await asyncio.to_thread(build_routing, spec, tuple(config.tiers), reference)
+    except (EmbedderUnavailable, ModelFormatError, QualityFormatError) as exc:
         note = f"complexity classifier unavailable ({exc}): 'auto' uses the tenant default tier"
         log.error("%s", note)
         notes.append(note)
@@ -267,7 +311,7 @@ def create_app(
         hup = config_source is not None and install_sighup(state, reloads)
         key_poller = asyncio.create_task(poll_keys(state))
         replayer = asyncio.create_task(replay_journal(state))
-        state.ready = True
+        state.readiness.ready = True
         # Long-lived startup objects leave the GC's young generations: shorter pauses later.
         gc.collect()
         gc.freeze()
@@ -278,7 +322,7 @@ def create_app(
             yield
         finally:
             gc.set_threshold(*thresholds)
-            state.ready = False
+            state.readiness.ready = False
             key_poller.cancel()
             replayer.cancel()
             await asyncio.gather(key_poller, replayer, return_exceptions=True)
@@ -300,6 +344,8 @@ def create_app(
     for router in (
         chat.router,
         completions.router,
+        responses.router,
+        responses.stored,
         embeddings.router,
         models.router,
         explain.router,

@@ -15,6 +15,7 @@ from typing import IO, Any
 import orjson
 
 from gateway.settings import load_effective_config
+from gateway.traffic_policy import traffic_tiers
 from policies.loader import ConfigError
 from policies.schema import ClassifierConfig, GatewayConfig
 
@@ -54,7 +55,6 @@ def _records(stream: IO[bytes], errors: list[str]) -> Iterator[tuple[Any, list[M
 
 
 def cmd_classify(args: argparse.Namespace) -> int:
-    from routers.decision import tier_for_score
     from routers.offline import score_conversations
     from routers.setup import build_routing
 
@@ -63,32 +63,31 @@ def cmd_classify(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
-    built = build_routing(_spec(config, args.model))
-    tiers = list(config.tiers)
+    objective = config.routing.objective
+    stands_for = objective.reference if objective is not None else None
+    built = build_routing(_spec(config, args.model), tuple(config.tiers), stands_for)
     errors: list[str] = []
     source = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
-    target = sys.stdout.buffer if args.output == "-" else open(args.output, "wb")
     try:
-        batch: list[tuple[Any, list[Mapping[str, Any]]]] = []
-
-        def flush() -> None:
-            scores = score_conversations(built.classifier, built.embedder, [m for _, m in batch])
-            for (ident, _), score in zip(batch, scores, strict=True):
-                tier = tier_for_score(score.score, tiers, config.routing.thresholds)
-                line = {"id": ident, "score": round(score.score, 6), "tier": tier}
-                target.write(orjson.dumps(line) + b"\n")
-            batch.clear()
-
-        for item in _records(source, errors):
-            batch.append(item)
-            if len(batch) >= BATCH:
-                flush()
-        if batch:
-            flush()
-        target.flush()
+        records = list(_records(source, errors))
     finally:
         if source is not sys.stdin.buffer:
             source.close()
+    scores = []
+    for start in range(0, len(records), BATCH):
+        batch = [m for _, m in records[start : start + BATCH]]
+        scores += score_conversations(built.classifier, built.embedder, batch)
+    traffic = built.quality.reference_traffic() if built.quality is not None else None
+    routed = traffic_tiers(config, [m for _, m in records], scores, traffic)
+    target = sys.stdout.buffer if args.output == "-" else open(args.output, "wb")
+    try:
+        for (ident, _), score, line in zip(records, scores, routed, strict=True):
+            quality = dict(zip(config.tiers, score.quality or (), strict=False))
+            out = {"id": ident, "score": round(score.score, 6), **line}
+            out["quality"] = {t: round(q, 4) for t, q in quality.items()}
+            target.write(orjson.dumps(out) + b"\n")
+        target.flush()
+    finally:
         if target is not sys.stdout.buffer:
             target.close()
     for error in errors:
@@ -124,16 +123,37 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         vectors = cached_embed(embedder, texts, embedding_cache_path(embedder.name), progress)
     print(f"\nembedded {len(texts)} texts in {time.perf_counter() - started:.0f}s", file=sys.stderr)
+    info = {"data": str(args.data) if args.data else "data/routing (train split)"}
+    if args.quality:
+        return _train_quality(args, examples, vectors, embedder.name, info)
     options = TrainOptions(
         seed=args.seed,
         c=args.c,
         length_prior=args.length_prior,
         calibration_folds=args.calibration_folds,
     )
-    info = {"data": str(args.data) if args.data else "data/routing (train split)"}
     model = fit(examples, vectors, embedder.name, options, info)
     model.save(args.out)
     print(f"wrote {args.out}: heads {', '.join(model.heads)}, {len(examples)} examples")
+    return 0
+
+
+def _train_quality(
+    args: argparse.Namespace, examples: Any, vectors: Any, embedder: str, info: dict[str, str]
+) -> int:
+    """The per-tier quality model (``routers/quality_training.py``) instead of the score."""
+    from routers.quality_training import LADDER, QualityOptions, fit_quality
+
+    ladder = tuple(args.ladder.split(",")) if args.ladder else LADDER
+    options = QualityOptions(ladder=ladder, calibration_folds=args.calibration_folds)
+    out = args.out if args.out != Path("complexity.npz") else Path("quality.npz")
+    try:
+        model = fit_quality(examples, vectors, embedder, options, info)
+    except ValueError as exc:
+        print(f"cannot fit the quality model: {exc}", file=sys.stderr)
+        return 2
+    model.save(out)
+    print(f"wrote {out}: {len(model.models)} model heads, ladder {' < '.join(model.ladder)}")
     return 0
 
 
@@ -183,6 +203,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         scored = score_conversations(built.classifier, built.embedder, conversations, cache)
         return [s.score for s in scored]
 
+    if args.data is None:
+        objective_report(config, built.embedder, cache, splits, args.plot)
+        print()
     scores = {name: score(list(examples)) for name, examples in sets.items()}
     print(format_table(evaluate(sets, scores, seed=args.seed)))
     if three:
@@ -211,12 +234,67 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def objective_report(
+    config: GatewayConfig,
+    embedder: Any,
+    cache: Path | None,
+    splits: Any,
+    plot: Path | None,
+) -> None:
+    """The objective policy per held-out set against the fixed-tier hull, and the per-tier
+    reliability; ``plot``: a cost-accuracy chart per set into that folder."""
+    import numpy as np
+
+    from routers.heldout import evaluate_sets, format_sets, held_out_sets, tier_calibration
+    from routers.objective import Objective
+    from routers.offline import cached_embed, embed_texts, format_calibration
+    from routers.quality import QualityModel
+    from routers.tier_sets import TierSet
+    from routers.training import feature_matrix
+
+    spec = config.routing.classifier or ClassifierConfig()
+    model = QualityModel.load(Path(spec.quality) if spec.quality else None)
+    configured = config.routing.objective
+    objective = (
+        Objective(configured.kind, configured.share)
+        if configured is not None
+        else Objective("cost", 0.25)
+    )
+    min_samples = config.routing.target.min_samples
+
+    def predict(rows: TierSet) -> Any:
+        texts = [e.text for e in rows.examples]
+        vectors = (
+            embed_texts(embedder, texts) if cache is None else cached_embed(embedder, texts, cache)
+        )
+        view = model.for_tiers(rows.models, {m: m for m in rows.models})
+        return view.predict(vectors, feature_matrix(rows.examples)).astype(np.float64)
+
+    def reference(rows: TierSet) -> Any:
+        return model.for_tiers(rows.models, {m: m for m in rows.models}).reference_traffic()
+
+    sets = held_out_sets(splits)
+    evaluated = evaluate_sets(sets, predict, objective, min_samples, reference)
+    print(format_sets(evaluated, objective))
+    for name, cal in tier_calibration(sets, predict):
+        print()
+        print(format_calibration(f"P(acceptable), {name} tier of each held-out set", cal))
+    if plot is not None:
+        from routers.plots import draw, sweep
+
+        for row in evaluated:
+            curve = sweep(predict(row.rows), row.rows, min_samples, reference(row.rows))
+            print(f"wrote {draw(row, curve, plot, objective)}")
+
+
 def add_commands(sub: Any) -> None:
     classify = sub.add_parser("classify", help="score prompts: JSONL in, JSONL out")
     classify.add_argument(
         "input", nargs="?", default="-", help='JSONL of {"id","prompt"|"messages"}'
     )
-    classify.add_argument("-o", "--output", default="-", help='JSONL of {"id","score","tier"}')
+    classify.add_argument(
+        "-o", "--output", default="-", help='JSONL of {"id","score","tier","quality",...}'
+    )
     classify.add_argument("--config", type=Path, default=None, help="thresholds and tiers from")
     classify.add_argument("--model", type=Path, default=None, help="a trained .npz")
     classify.set_defaults(func=cmd_classify)
@@ -236,6 +314,15 @@ def add_commands(sub: Any) -> None:
     )
     train.add_argument("--limit", type=int, default=0, help="first N examples only")
     train.add_argument(
+        "--quality",
+        action="store_true",
+        help="fit the per-tier quality model (routing.objective) from every row with per-model "
+        "correctness ('scores' in --data rows); default out: quality.npz",
+    )
+    train.add_argument(
+        "--ladder", default="", help="with --quality: the reference models, cheapest first"
+    )
+    train.add_argument(
         "--no-cache",
         action="store_true",
         help="do not keep embeddings in $TIERGATE_CACHE_DIR/embeddings (default ~/.cache/tiergate)",
@@ -251,4 +338,7 @@ def add_commands(sub: Any) -> None:
     judge.add_argument("--seed", type=int, default=0)
     judge.add_argument("--no-cache", action="store_true", help="embed afresh, keep nothing")
     judge.add_argument("--config", type=Path, default=None)
+    judge.add_argument(
+        "--plot", type=Path, default=None, help="write a cost-accuracy PNG per held-out set here"
+    )
     judge.set_defaults(func=cmd_eval)

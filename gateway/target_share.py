@@ -12,33 +12,29 @@ is unreachable and nothing was ever read, ``routing.thresholds`` apply.
 from __future__ import annotations
 
 import asyncio
-import logging
-import time
-from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gateway.pooled_counts import PooledCounts
 from policies.schema import RoutingConfig
 from policies.score_sketch import bin_of, thresholds_for
 from policies.share_store import ShareStore
-from policies.store import StoreUnavailable
 from routers.decision import tier_for_score
-
-log = logging.getLogger(__name__)
 
 POLICY = "routing"  # the gateway's one routing policy; the sketch's name in the store
 
 
 class TargetShares:
     def __init__(self, store: ShareStore) -> None:
-        self.store = store
-        self._pending: Counter[str] = Counter()
-        self._pooled: dict[str, int] = {}
+        self.counts = PooledCounts(store, POLICY, self._learn)
         self._learned: tuple[float, float] | None = None
-        self._last_sync = float("-inf")
-        self._syncing: asyncio.Task[None] | None = None
+        self._routing: RoutingConfig | None = None
+        self._tiers: tuple[str, ...] = ()
         self.samples = 0  # scores in the pooled window at the last sync
-        self.syncs = 0
+
+    @property
+    def syncs(self) -> int:
+        return self.counts.syncs
 
     def thresholds(
         self, routing: RoutingConfig, tiers: Sequence[str], background: set[asyncio.Task[None]]
@@ -76,51 +72,34 @@ class TargetShares:
     ) -> None:
         if routing.target_share is None:
             return
-        self._pending[f"b{bin_of(score)}"] += 1
-        self._pending[f"t{tier_for_score(score, tiers, thresholds)}"] += 1
+        self.counts.pending[f"b{bin_of(score)}"] += 1
+        self.counts.pending[f"t{tier_for_score(score, tiers, thresholds)}"] += 1
         self._maybe_sync(routing, tiers, background)
 
     def _maybe_sync(
         self, routing: RoutingConfig, tiers: Sequence[str], background: set[asyncio.Task[None]]
     ) -> None:
-        now = time.monotonic()
-        if self._syncing is not None or now - self._last_sync < routing.target.sync_s:
-            return
-        self._last_sync = now
-        task = asyncio.get_running_loop().create_task(self.sync(routing, tuple(tiers)))
-        self._syncing = task
-        background.add(task)
-        task.add_done_callback(self._synced)
-        task.add_done_callback(background.discard)
-
-    def _synced(self, task: asyncio.Task[None]) -> None:
-        self._syncing = None
+        self._routing, self._tiers = routing, tuple(tiers)
+        self.counts.maybe_sync(routing.target, background)
 
     async def sync(self, routing: RoutingConfig, tiers: Sequence[str]) -> None:
         """Add the pending counts to the shared sketch and read the pooled one back."""
-        target = routing.target
-        pending, self._pending = self._pending, Counter()
-        try:
-            bucket_s = target.window_s / target.buckets
-            current = int(await self.store.now() // bucket_s)
-            await self.store.add(POLICY, current, pending, ttl_s=target.window_s + bucket_s)
-            pooled = await self.store.read(POLICY, range(current - target.buckets + 1, current + 1))
-        except StoreUnavailable as exc:
-            self._pending.update(pending)  # kept for the next sync
-            log.warning("target_share: the shared score sketch is unreachable: %s", exc)
-            return
-        self.syncs += 1
-        self._pooled = pooled
+        self._routing, self._tiers = routing, tuple(tiers)
+        await self.counts.sync(routing.target)
+
+    def _learn(self, pooled: Mapping[str, int]) -> None:
+        routing = self._routing
         bins = {int(k[1:]): n for k, n in pooled.items() if k.startswith("b")}
         self.samples = sum(bins.values())
-        if routing.target_share is not None and self.samples >= target.min_samples:
-            self._learned = thresholds_for(bins, tiers, routing.target_share)
-        else:
-            self._learned = None
+        if routing is not None and routing.target_share is not None:
+            if self.samples >= routing.target.min_samples:
+                self._learned = thresholds_for(bins, self._tiers, routing.target_share)
+                return
+        self._learned = None
 
     def report(self, routing: RoutingConfig, tiers: Sequence[str]) -> dict[str, Any]:
         """Target vs actual share per tier over the pooled window (the admin overview)."""
-        routed = {t: self._pooled.get(f"t{t}", 0) for t in tiers}
+        routed = {t: self.counts.pooled.get(f"t{t}", 0) for t in tiers}
         total = sum(routed.values())
         shares = routing.target_share
         thresholds = self._learned if shares is not None and self._learned else routing.thresholds

@@ -16,6 +16,7 @@ from policies.embedding_spec import EmbeddingSpec, embedding_problems
 from policies.engine_spec import EngineSpec, TierSpec
 from policies.frozen import Frozen
 from policies.part_tokens import PartTokens
+from policies.responses_spec import ResponsesConfig
 
 DEFAULT_TIERS = ("small", "medium", "large")
 
@@ -150,6 +151,8 @@ class TenantSpec(Frozen):
     min_tier: str | None = None  # ``auto`` never routes below this tier
     max_tier: str | None = None  # ... nor above this one
     allow_tier_header: bool = False  # may force a tier with ``x-tiergate-tier``
+    # Hosted tools the gateway cannot run (web_search…): removed and named, or a 400.
+    compat: Literal["lenient", "strict"] = "lenient"
 
 
 class CacheConfig(Frozen):
@@ -188,15 +191,54 @@ class ClassifierConfig(Frozen):
     workers: int = Field(1, ge=0, le=16)
     worker_timeout_s: float = Field(10.0, gt=0, le=600)  # one batch, then the worker is stuck
     embedding_cache: int = Field(4096, ge=0, le=1_000_000)  # vectors of repeated prompts (LRU)
+    # The per-tier quality model (``routing.objective``): a .npz from ``tiergate
+    # train-classifier --quality``; None: the shipped one.
+    quality: str | None = None
 
 
 class TargetShareConfig(Frozen):
-    """How ``routing.target_share`` learns its thresholds from recent traffic."""
+    """How ``routing.objective`` (its λ) and ``routing.target_share`` (its thresholds)
+    learn from recent traffic."""
 
     window_s: float = Field(3600.0, ge=10)  # the recent traffic the quantiles come from
     buckets: int = Field(6, ge=1, le=60)  # the window in this many time buckets
     min_samples: int = Field(200, ge=1)  # fewer scores seen: ``thresholds`` still apply
     sync_s: float = Field(1.0, gt=0, le=60)  # replicas pool their counts this often
+
+
+class ObjectiveConfig(Frozen):
+    """``routing.objective``: ``{cost: 0.25}`` spends at most a quarter of what always the
+    largest tier would, ``{quality: 0.95}`` reaches 95 % of the largest tier's expected
+    quality at the least cost. Exactly one of the two."""
+
+    cost: float | None = Field(None, gt=0, le=1)
+    quality: float | None = Field(None, gt=0, le=1)
+    # Completion tokens a tier is expected to write (its answer's price): one number for
+    # every tier, or per tier.
+    answer_tokens: int | dict[str, int] = 256
+    # The quality model's head each tier stands for (default: its ladder, by position).
+    reference: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one(self) -> ObjectiveConfig:
+        if (self.cost is None) == (self.quality is None):
+            raise ValueError("routing.objective needs exactly one of cost or quality")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "cost" if self.cost is not None else "quality"
+
+    @property
+    def share(self) -> float:
+        value = self.cost if self.cost is not None else self.quality
+        assert value is not None  # the validator saw to it
+        return value
+
+    def answer_for(self, tier: str) -> int:
+        if isinstance(self.answer_tokens, int):
+            return self.answer_tokens
+        return self.answer_tokens.get(tier, 256)
 
 
 class RoutingConfig(Frozen):
@@ -206,6 +248,9 @@ class RoutingConfig(Frozen):
     # Share of classified ``auto`` requests per tier (e.g. small 0.7, medium 0.2, large 0.1):
     # the thresholds become the score quantiles of recent traffic (shared by replicas).
     target_share: dict[str, float] | None = None
+    # Each request to the tier with the best expected quality - λ · expected cost, λ from
+    # recent traffic (shared by replicas) so that the objective holds: routers/objective.py.
+    objective: ObjectiveConfig | None = None
     target: TargetShareConfig = TargetShareConfig()
 
     @model_validator(mode="after")
@@ -304,6 +349,26 @@ def _target_share_problems(shares: dict[str, float] | None, tiers: list[str]) ->
     return []
 
 
+def _objective_problems(routing: RoutingConfig, tiers: list[str]) -> list[str]:
+    objective = routing.objective
+    if objective is None:
+        return []
+    problems = []
+    if routing.target_share is not None:
+        problems.append("routing: give objective or target_share, not both")
+    named = set(objective.reference)
+    if isinstance(objective.answer_tokens, dict):
+        named |= set(objective.answer_tokens)
+        if any(n < 0 for n in objective.answer_tokens.values()):
+            problems.append("routing.objective.answer_tokens must not be negative")
+    elif objective.answer_tokens < 0:
+        problems.append("routing.objective.answer_tokens must not be negative")
+    problems.extend(
+        f"routing.objective names unknown tier {t!r}" for t in sorted(named - set(tiers))
+    )
+    return problems
+
+
 class GatewayConfig(Frozen):
     server: ServerConfig = ServerConfig()
     redis_url: str | None = None
@@ -327,6 +392,7 @@ class GatewayConfig(Frozen):
     metrics: MetricsConfig = MetricsConfig()
     cache: CacheConfig = CacheConfig()
     embeddings: dict[str, EmbeddingSpec] = Field(default_factory=dict)  # POST /v1/embeddings
+    responses: ResponsesConfig = ResponsesConfig()  # stored /v1/responses
 
     @model_validator(mode="after")
     def _references(self) -> GatewayConfig:
@@ -340,6 +406,7 @@ class GatewayConfig(Frozen):
         if self.routing.default_tier not in self.tiers:
             problems.append(f"routing.default_tier {self.routing.default_tier!r} is not a tier")
         problems.extend(_target_share_problems(self.routing.target_share, list(self.tiers)))
+        problems.extend(_objective_problems(self.routing, list(self.tiers)))
         for tenant_name, tenant in self.tenants.items():
             named = (
                 tenant.default_tier,

@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from routers.embedding import EmbeddingOnce
 from routers.features import FEATURES, message_text, text_features
+from routers.quality import TierQuality
 
 SHIPPED_MODEL = Path(__file__).resolve().parent / "model" / "complexity.npz"
 HEAD_MORE = "needs_more_than_smallest"
@@ -39,6 +40,7 @@ class ComplexityScore:
     score: float  # P(needs more than the smallest tier)
     p_large: float | None  # P(needs the large tier), when the model has that head
     features: Mapping[str, float]
+    quality: tuple[float, ...] | None = None  # per configured tier: P(answer acceptable)
 
 
 @dataclass(frozen=True)
@@ -112,8 +114,9 @@ class Classifier(Protocol):
 class ComplexityClassifier:
     """The shipped (or an operator's) model over the request's shared embedding."""
 
-    def __init__(self, model: ComplexityModel) -> None:
+    def __init__(self, model: ComplexityModel, quality: TierQuality | None = None) -> None:
         self.model = model
+        self.quality = quality  # per-tier predictions beside the score (routing.objective)
         self._more = model.heads.index(HEAD_MORE)
         self._large = model.heads.index(HEAD_LARGE) if HEAD_LARGE in model.heads else None
 
@@ -127,13 +130,15 @@ class ComplexityClassifier:
             [text_features(c, t) for c, t in zip(conversations, last_user, strict=True)]
         )
         probs = self.model.probabilities(vectors, features)
+        per_tier = None if self.quality is None else self.quality.predict(vectors, features)
         return [
             ComplexityScore(
                 score=float(p[self._more]),
                 p_large=None if self._large is None else float(p[self._large]),
                 features={name: round(float(v), 4) for name, v in zip(FEATURES, f, strict=True)},
+                quality=None if per_tier is None else tuple(float(q) for q in per_tier[i]),
             )
-            for p, f in zip(probs, features, strict=True)
+            for i, (p, f) in enumerate(zip(probs, features, strict=True))
         ]
 
     async def classify(

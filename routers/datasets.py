@@ -55,6 +55,8 @@ class Example:
     difficulty: float | None = None  # share of all the pool's models that failed it
     tiers: tuple[float, float, float] | None = None  # correctness per tier (three-tier rows)
     costs: tuple[float, float, float] | None = None  # USD per tier (three-tier rows)
+    # Every scored model's correctness by model name (the quality model's item-response fit)
+    scores: Mapping[str, float] | None = None
 
     @property
     def text(self) -> str:
@@ -74,6 +76,18 @@ def _float(value: str | None) -> float | None:
 def family(benchmark: str) -> str:
     """The benchmark a row belongs to across sources (``arc_challenge`` = ``arc-challenge``)."""
     return benchmark.lower().replace("_", "-")
+
+
+def _scores(value: str | None) -> dict[str, float] | None:
+    if not value:
+        return None
+    parsed = json.loads(value)
+    return {str(name): float(score) for name, score in parsed.items()}
+
+
+# The golden sample's weak and strong models, by the names the pool's ``scores`` use.
+GOLDEN_WEAK = "mixtral-8x7b-instruct"
+GOLDEN_STRONG = "gpt-4-1106-preview"
 
 
 def golden_held_out(item_id: str) -> bool:
@@ -115,6 +129,7 @@ def load_pool(path: Path = POOL) -> list[Example]:
                 _float(row.get("fail_rate")),
                 tiers,
                 costs,
+                _scores(row.get("scores")),
             )
         )
     return examples
@@ -133,6 +148,7 @@ def load_golden(path: Path = GOLDEN) -> list[tuple[Example, bool]]:
             "golden",
             weak,
             strong,
+            scores={GOLDEN_WEAK: weak, GOLDEN_STRONG: strong},
         )
         out.append((example, golden_held_out(row["item_id"])))
     return out
@@ -174,7 +190,15 @@ def _operator_example(record: Mapping[str, Any], where: str) -> Example:
         raise DataError(f"{where}: label must lie in [0, 1]")
     weight = float(record.get("weight") or 1.0)
     group = str(record.get("group") or "operator")
-    return Example(tuple(messages), label, weight, group, "operator", weak, strong)
+    scores = record.get("scores")
+    if isinstance(scores, str) and scores:
+        scores = json.loads(scores)
+    if scores not in (None, "") and not (
+        isinstance(scores, dict) and all(isinstance(v, int | float) for v in scores.values())
+    ):
+        raise DataError(f"{where}: scores must map model names to correctness")
+    named = {str(k): float(v) for k, v in scores.items()} if isinstance(scores, dict) else None
+    return Example(tuple(messages), label, weight, group, "operator", weak, strong, scores=named)
 
 
 def _text(value: Any) -> str | None:

@@ -3,13 +3,14 @@
 One place turns numbers into decisions; every step it takes is written to the
 trail that ``POST /v1/route`` shows. The order, for ``auto``:
 
-1. score → tier by the policy's thresholds (no score: the tenant's default tier);
+1. under ``routing.objective`` the tier of the objective's choice (``routers.objective``),
+   else score → tier by the policy's thresholds (no score: the tenant's default tier);
 2. a tier forced by the ``x-tiergate-tier`` header, when the tenant may;
 3. the tenant's ``min_tier`` / ``max_tier``;
 4. the tenant's ``allowed_tiers`` (the nearest allowed tier at or below);
 
 Budget-aware downgrade happens later, at admission, where the reservation is made in
-the same step (``gateway.budgeting``), so a tier is never chosen on a stale balance;
+the same step (``gateway.hold``), so a tier is never chosen on a stale balance;
 failover (``gateway.serving``) is the only other move. Both go through
 ``TierDecision.moved``, so the one trail shows every step.
 
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from policies.schema import GatewayConfig, TenantSpec
+from routers.objective import TierChoice
 
 
 class UnknownModel(LookupError):
@@ -45,6 +47,7 @@ class TierDecision:
     trail: tuple[str, ...]
     movable: bool = False  # ``auto`` without a forced tier: later rules may still move it
     thresholds: tuple[float, float] | None = None  # what the score was mapped by
+    choice: TierChoice | None = None  # routing.objective's choice, with its predictions and λ
 
     def moved(self, tier: str, why: str) -> TierDecision:
         """The decision moved to ``tier`` (budget downgrade, failover), the move on its trail."""
@@ -107,9 +110,11 @@ def decide(
     forced_tier: str | None = None,
     thresholds: tuple[float, float] | None = None,
     why: str = "thresholds",
+    choice: TierChoice | None = None,
 ) -> TierDecision:
     """``thresholds``: the ones to route by (``routing.target_share`` learns them from
-    traffic, ``why`` says so in the trail); default ``routing.thresholds``."""
+    traffic, ``why`` says so in the trail); default ``routing.thresholds``. ``choice``:
+    the objective's tier for ``auto`` (``routing.objective``), instead of thresholds."""
     trail: list[str] = []
     permitted = permitted_tiers(config, policy)
     if requested_model != "auto":
@@ -126,7 +131,13 @@ def decide(
         trail.append(f"model {requested_model} is served by tier {found}")
         return TierDecision(found, requested_model, score, tuple(trail))
     used = None
-    if score is None:
+    if choice is not None:
+        tier = choice.tier
+        quality = ", ".join(
+            f"{t} {q:.3f}" for t, q in zip(choice.tiers, choice.quality, strict=True)
+        )
+        trail.append(f"P(acceptable) {quality}; {choice.reason}: {tier}")
+    elif score is None:
         tier = policy.default_tier
         trail.append(f"auto without a score: tenant default tier {tier}")
     else:
@@ -142,6 +153,8 @@ def decide(
             raise TierNotAllowed("this tenant may not force a tier with x-tiergate-tier")
         _check_explicit(forced_tier, permitted, "forced by header")
         trail.append(f"x-tiergate-tier forces {forced_tier}")
-        return TierDecision(forced_tier, None, score, tuple(trail), thresholds=used)
+        return TierDecision(forced_tier, None, score, tuple(trail), thresholds=used, choice=choice)
     tier = _within_policy(tier, config, policy, trail)
-    return TierDecision(tier, None, score, tuple(trail), movable=True, thresholds=used)
+    return TierDecision(
+        tier, None, score, tuple(trail), movable=True, thresholds=used, choice=choice
+    )

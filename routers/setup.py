@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from routers.embed_cache import CachedEmbedder
 from routers.embed_worker import ProcessEmbedder
 from routers.embedders import build_embedder
 from routers.embedding import SyncEmbedder
+from routers.quality import QualityModel, TierView
 
 log = logging.getLogger(__name__)
 
@@ -20,11 +22,22 @@ log = logging.getLogger(__name__)
 class RoutingModels:
     embedder: SyncEmbedder
     classifier: ComplexityClassifier
+    quality: TierView | None = None
 
 
-def build_routing(config: ClassifierConfig) -> RoutingModels:
-    """Raises ``EmbedderUnavailable`` or ``ModelFormatError``; the caller decides to go on."""
+def build_routing(
+    config: ClassifierConfig,
+    tiers: Sequence[str] = (),
+    reference: Mapping[str, str] | None = None,
+) -> RoutingModels:
+    """Raises ``EmbedderUnavailable``, ``ModelFormatError`` or ``QualityFormatError``; the
+    caller decides to go on. With ``tiers``, per-tier quality for them (``reference``:
+    the quality model's head each tier stands for)."""
     model = ComplexityModel.load(Path(config.model) if config.model else None)
+    quality = None
+    if tiers:
+        quality_model = QualityModel.load(Path(config.quality) if config.quality else None)
+        quality = quality_model.for_tiers(tiers, reference)
     embedder = serving_embedder(config)
     if model.embedder != embedder.name:
         log.warning(
@@ -33,7 +46,7 @@ def build_routing(config: ClassifierConfig) -> RoutingModels:
             model.embedder,
             embedder.name,
         )
-    return RoutingModels(embedder, ComplexityClassifier(model))
+    return RoutingModels(embedder, ComplexityClassifier(model, quality), quality)
 
 
 def serving_embedder(config: ClassifierConfig) -> SyncEmbedder:

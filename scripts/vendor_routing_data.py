@@ -3,9 +3,11 @@
     python scripts/vendor_routing_data.py /path/to/shared/data/routing
 
 Keeps the columns the classifier uses: the tier models' correctness, the lowest tier that
-answered, GSM8K-train calculation steps, and two additions: ``fail_rate`` (the share of
+answered, GSM8K-train calculation steps, and three additions: ``fail_rate`` (the share of
 every model the pool scored on that prompt that got it wrong, a less noisy difficulty than
-one model's 0/1) with ``models`` (how many), and the RouterBench rows' per-tier cost in USD.
+one model's 0/1) with ``models`` (how many), the RouterBench rows' per-tier cost in USD, and
+``scores``: every model's correctness on the prompt by model name (compact JSON), which the
+per-tier quality model (``routers/quality_training.py``) fits its item-response model on.
 The output is byte-identical for the same input (gzip without a timestamp).
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import json
 import re
 import sys
 from pathlib import Path
@@ -34,10 +37,34 @@ COLUMNS = (
     "cost_cheap",
     "cost_medium",
     "cost_expensive",
+    "scores",
 )
 # Columns holding one model's correctness; cheap/expensive duplicate two of LLMRouter's.
 _TIER_SCORES = ("cheap_score", "medium_score", "expensive_score", "gpt-3.5-turbo-1106_score")
 _STEP = re.compile(r"<<[^>]*>>")
+# RouterBench's columns by the model each stands for (the pool names them by tier).
+ROUTERBENCH_MODELS = {
+    "cheap_score": "mistral-7b-instruct",
+    "medium_score": "mixtral-8x7b-instruct",
+    "expensive_score": "gpt-4-1106-preview",
+    "gpt-3.5-turbo-1106_score": "gpt-3.5-turbo-1106",
+}
+
+
+def _named_scores(row: dict[str, str]) -> str:
+    """Each scored model's correctness, by model name, as compact JSON ("" when none)."""
+    if row["tier_min"] == "":
+        return ""
+    if row["source"].startswith("RouterDC"):
+        named = {ROUTERBENCH_MODELS[k]: row[k] for k in _TIER_SCORES}
+    else:
+        named = {
+            k.removesuffix("_score"): row[k]
+            for k in row
+            if k.endswith("_score") and k not in _TIER_SCORES
+        }
+    kept = {name: float(value) for name, value in sorted(named.items()) if value != ""}
+    return json.dumps(kept, separators=(",", ":")) if kept else ""
 
 
 def _model_scores(row: dict[str, str]) -> list[float]:
@@ -73,6 +100,7 @@ def build(shared: Path) -> bytes:
                     "cost_cheap": row["cheap_cost_usd"],
                     "cost_medium": row["medium_cost_usd"],
                     "cost_expensive": row["expensive_cost_usd"],
+                    "scores": _named_scores(row),
                 }
             )
     return gzip.compress(text.getvalue().encode("utf-8"), compresslevel=9, mtime=0)

@@ -85,10 +85,15 @@ async def _overview(state: GatewayState, start: date, end: date) -> Response:
         if state.config.routing.target_share is not None:
             await state.shares.sync(state.config.routing, tiers)  # this replica's latest too
         share = state.shares.report(state.config.routing, tiers)
+    objective = None
+    if state.objective is not None and state.config.routing.objective is not None:
+        await state.objective.sync(state.config.routing)  # this replica's latest too
+        objective = state.objective.report(state.config.routing)
 
     def build() -> dict[str, Any]:
         body = report.overview(aggregates, days_between(start, end), tenants, tiers)
         body["tier_share"] = share  # target vs actual share per tier (routing.target_share)
+        body["objective"] = objective  # λ, expected quality given up (routing.objective)
         body["latency"] = report.latency(aggregates, tiers)
         limits = budget_limits(state.config)
         body["budgets"] = report.budget_rows(tenants, limits, today_aggs, month_aggs)

@@ -2,7 +2,8 @@
 
 The body is a chat request (``messages``) or a text completion request (``prompt``);
 ``model`` defaults to ``auto``. The answer shows the complexity score, the text
-features, the chosen tier and every rule that moved it.
+features, the per-tier predicted quality, the objective's λ and reason, the chosen tier
+and every rule that moved it.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from gateway.deps import TenantDep
 from gateway.errors import InvalidRequest
 from gateway.http import GatewayRoute, read_body
 from gateway.openapi import errors, request_body
-from gateway.routes import chat, completions
-from gateway.routing import route
+from gateway.routing import Ask
 from gateway.wire import chat as chat_wire
 from gateway.wire import completions as completions_wire
 from gateway.wire.common import parse_body
+from policies.schema import GatewayConfig
+from routers.objective import TierChoice
 
 router = APIRouter(
     route_class=GatewayRoute, tags=["v1"], responses=errors(400, 401, 404, 408, 413, 429, 500, 503)
@@ -32,8 +34,8 @@ router = APIRouter(
     openapi_extra=request_body(chat_wire.ChatCompletionRequest, completions_wire.CompletionRequest),
 )
 async def explain_route(request: Request, call: TenantDep) -> Response:
-    state, principal = call.state, call.principal
-    config = state.config  # one snapshot: a reload during the awaits below changes nothing here
+    core = call.core  # one snapshot: a reload during the awaits below changes nothing here
+    config = core.config
     server = config.server
     raw = await read_body(request, server.max_body_bytes, server.header_timeout_s)
     try:
@@ -45,22 +47,22 @@ async def explain_route(request: Request, call: TenantDep) -> Response:
     data.setdefault("model", "auto")
     body = orjson.dumps(data)
     if "messages" in data:
-        build = chat.to_generation(parse_body(chat_wire.ChatCompletionRequest, body))
+        build = chat_wire.to_generation(parse_body(chat_wire.ChatCompletionRequest, body))
     elif "prompt" in data:
-        build = completions.to_generation(parse_body(completions_wire.CompletionRequest, body))
+        parsed = parse_body(completions_wire.CompletionRequest, body)
+        build = completions_wire.to_generation(parsed)
     else:
         raise InvalidRequest("give 'messages' (chat) or 'prompt' (completions)", param="messages")
-    routed = await route(
-        state,
-        principal,
+    ask = Ask(
+        call.principal,
         data["model"],
         build,
         stream=False,
         include_usage=False,
         forced_tier=request.headers.get("x-tiergate-tier"),
-        observe=False,  # an explanation is not traffic: it stays out of target_share
-        config=config,
     )
+    # An explanation is not traffic: no cache lookup, and it stays out of target_share.
+    routed = await core.route(ask, explain=True)
     tier = config.tiers[routed.tier]
     complexity = routed.complexity
     answer = {
@@ -72,9 +74,32 @@ async def explain_route(request: Request, call: TenantDep) -> Response:
         "p_large": None if complexity is None else complexity.p_large,
         "thresholds": list(routed.decision.thresholds or config.routing.thresholds),
         "features": None if complexity is None else dict(complexity.features),
+        "quality": _per_tier(config, None if complexity is None else complexity.quality),
+        "objective": _objective(routed.decision.choice, config),
         "trail": list(routed.decision.trail),
     }
     headers = {"x-tiergate-tier": routed.tier}
     if complexity is not None:
         headers["x-tiergate-complexity"] = f"{complexity.score:.4f}"
     return Response(orjson.dumps(answer), media_type="application/json", headers=headers)
+
+
+def _per_tier(config: GatewayConfig, values: tuple[float, ...] | None) -> dict[str, float] | None:
+    """P(the tier's answer is acceptable), by tier."""
+    if values is None:
+        return None
+    return {t: round(v, 4) for t, v in zip(config.tiers, values, strict=True)}
+
+
+def _objective(choice: TierChoice | None, config: GatewayConfig) -> dict[str, object] | None:
+    """``routing.objective``'s decision: expected cost per tier, λ, the tier and why."""
+    objective = config.routing.objective
+    if choice is None or objective is None:
+        return None
+    return {
+        objective.kind: objective.share,
+        "lambda": choice.lam,
+        "expected_cost_usd": dict(zip(choice.tiers, choice.cost, strict=True)),
+        "tier": choice.tier,
+        "reason": choice.reason,
+    }

@@ -73,6 +73,11 @@ function drawOverview(o) {
   $("kpi-cost").textContent = usd(t.cost_usd);
   $("kpi-requests").textContent = t.requests.toLocaleString();
   $("kpi-routing").textContent = usd(t.saved_routing_usd);
+  // Next to the money: what routing is expected to cost in answer quality.
+  const e = o.objective && o.objective.expected;
+  $("kpi-quality").textContent = e
+    ? `${(100 * e.quality_given_up).toFixed(1)} pts (${(100 * e.quality).toFixed(1)} vs ${(100 * e.quality_always_largest).toFixed(1)} % acceptable, last ${(o.objective.window_s / 3600).toFixed(1)} h)`
+    : "–";
   $("kpi-cache").textContent = usd(t.saved_cache_usd);
   $("kpi-hit").textContent = (100 * o.cache.hit_rate).toFixed(1) + " %";
   $("kpi-denied").textContent = `${t.denied_budget} / ${t.denied_rate_limit}`;

@@ -1,0 +1,175 @@
+"""``routing.objective``: each request to the tier maximising expected quality - λ · cost.
+
+Quality is the per-tier P(acceptable) of ``routers.quality``; cost is what the tier would
+charge for this prompt (prices x prompt tokens + the tier's expected answer length),
+weighed as a share of what the largest tier would charge for the same prompt. λ comes
+from recent traffic (``policies.lambda_sketch``): the λ at which that traffic meets the
+operator's objective, ``cost: s`` (each request spends, on average, at most ``s`` of
+what the largest tier would charge for it) or ``quality: s`` (reach ``s`` of the largest
+tier's expected quality at least cost). Until enough traffic is pooled each request
+meets the objective on its own.
+
+No signal, no gamble: where the predictions do not tell requests apart, every request
+sees the same trade-off (a long prompt costs more on every tier, not more *relatively*),
+so the policy sends them all to the one tier that is best for the objective — never a
+share to the smallest tier by quota, nor the long prompts down by their price alone.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from policies.lambda_sketch import bin_of, cost_count, lambda_for, quality_count
+
+F64 = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class Objective:
+    kind: str  # "cost" | "quality"
+    share: float
+
+
+@dataclass(frozen=True, slots=True)
+class TierChoice:
+    """The objective's decision for one request (on the tier trail and ``/v1/route``)."""
+
+    tiers: tuple[str, ...]
+    quality: tuple[float, ...]  # P(acceptable) per tier
+    cost: tuple[float, ...]  # expected USD per tier
+    lam: float | None  # None: no λ pooled yet, the objective was met by this request alone
+    tier: str
+    reason: str
+
+
+def relative(cost: F64) -> F64:
+    """Costs as shares of the row's largest tier (the last column)."""
+    largest = cost[..., -1:]
+    out: F64 = np.divide(cost, largest, out=np.zeros_like(cost), where=largest > 0)
+    return out
+
+
+def choose(quality: F64, cost: F64, lam: float) -> npt.NDArray[np.intp]:
+    """Per row the tier maximising ``quality - lam · cost share`` (ties: the cheaper tier)."""
+    value = quality - lam * relative(cost)
+    best = value.max(axis=1, keepdims=True)
+    # the first tier (cheapest first) within float noise of the best
+    picked: npt.NDArray[np.intp] = np.argmax(value >= best - 1e-12, axis=1)
+    return picked
+
+
+def steps(quality: Sequence[float], cost: Sequence[float]) -> list[tuple[float, float, float]]:
+    """``(λ, cost drop, quality drop)`` where this request moves to a cheaper tier as λ grows
+    from 0 (its start: the best quality, cheapest among equals)."""
+    q, c = list(quality), list(cost)
+    current = max(range(len(q)), key=lambda t: (q[t], -c[t]))
+    out: list[tuple[float, float, float]] = []
+    lam = 0.0
+    while True:
+        cheaper = [t for t in range(len(q)) if c[t] < c[current]]
+        if not cheaper:
+            return out
+        ties = [(max((q[current] - q[t]) / (c[current] - c[t]), lam), c[t], t) for t in cheaper]
+        lam, _, nxt = min(ties)
+        out.append((lam, c[current] - c[nxt], q[current] - q[nxt]))
+        current = nxt
+
+
+def _shares(cost: Sequence[float]) -> list[float]:
+    """``relative`` for one request, in plain floats (the request path)."""
+    largest = cost[-1]
+    return [c / largest if largest > 0 else 0.0 for c in cost]
+
+
+def sketch_request(counts: Counter[str], quality: Sequence[float], cost: Sequence[float]) -> None:
+    """Add one request's trade-offs (costs as shares of its largest tier) to a sketch."""
+    cost = _shares(cost)
+    start = max(range(len(quality)), key=lambda t: (quality[t], -cost[t]))
+    counts["C0"] += cost_count(cost[start])
+    counts["Q0"] += quality_count(quality[start])
+    counts["CL"] += cost_count(cost[-1])
+    counts["QL"] += quality_count(quality[-1])
+    counts["n"] += 1
+    for lam, dc, dq in steps(quality, cost):
+        b = bin_of(lam)
+        counts[f"c{b}"] += cost_count(dc)
+        counts[f"q{b}"] += quality_count(dq)
+
+
+def sketch_of(quality: F64, cost: F64) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for q, c in zip(quality, cost, strict=True):
+        sketch_request(counts, [float(v) for v in q], [float(v) for v in c])
+    return counts
+
+
+def traffic_lambda(quality: F64, cost: F64, objective: Objective) -> float:
+    """λ for ``objective`` with these rows as the recent traffic (what ``classify`` and
+    ``eval-classifier`` score: the same sketch the gateway pools)."""
+    return lambda_for(sketch_of(quality, cost), objective.kind, objective.share)
+
+
+def route_traffic(
+    quality: F64,
+    cost: F64,
+    objective: Objective,
+    min_samples: int,
+    reference: float | None = None,
+) -> tuple[npt.NDArray[np.intp], float | None]:
+    """Tiers for rows that are the whole recent traffic, as the gateway routes them: by
+    the λ of their pooled sketch, or, with fewer than ``min_samples`` rows, by the λ of
+    the reference traffic (``reference``), else each row alone."""
+    if len(quality) < min_samples:
+        if reference is not None:
+            return choose(quality, cost, reference), reference
+        tiers = [alone(list(q), list(c), objective) for q, c in zip(quality, cost, strict=True)]
+        return np.asarray(tiers, dtype=np.intp), None
+    lam = traffic_lambda(quality, cost, objective)
+    return choose(quality, cost, lam), lam
+
+
+def alone(quality: Sequence[float], cost: Sequence[float], objective: Objective) -> int:
+    """The tier meeting the objective for this one request: under ``cost`` the best quality
+    costing at most the share of the largest tier, under ``quality`` the cheapest tier
+    reaching the share of the largest tier's quality."""
+    tiers = range(len(quality))
+    if objective.kind == "cost":
+        within = [t for t in tiers if cost[t] <= objective.share * cost[-1] + 1e-18]
+        if not within:
+            return min(tiers, key=lambda t: cost[t])
+        return max(within, key=lambda t: (quality[t], -cost[t]))
+    enough = [t for t in tiers if quality[t] >= objective.share * quality[-1] - 1e-12]
+    return min(enough, key=lambda t: (cost[t], -quality[t]))
+
+
+def decide_tier(
+    tiers: Sequence[str],
+    quality: Sequence[float],
+    cost: Sequence[float],
+    lam: float | None,
+    objective: Objective,
+    why: str,
+) -> TierChoice:
+    """The choice for one request; ``lam`` None: meet the objective on this request alone."""
+    if lam is None:
+        t = alone(quality, cost, objective)
+        reason = f"{objective.kind} {objective.share:g} met by this request alone ({why})"
+    else:
+        shares = _shares(cost)
+        value = [q - lam * c for q, c in zip(quality, shares, strict=True)]
+        best = max(value)
+        t = next(i for i, v in enumerate(value) if v >= best - 1e-12)  # as ``choose``
+        reason = f"max quality - λ·cost at λ {lam:.4g} ({why})"
+    return TierChoice(
+        tuple(tiers),
+        tuple(round(float(q), 4) for q in quality),
+        tuple(float(c) for c in cost),
+        lam,
+        tiers[t],
+        reason,
+    )

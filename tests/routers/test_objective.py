@@ -1,0 +1,118 @@
+"""The objective policy: λ from a sketch of the traffic meets the objective on it."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from policies.lambda_sketch import COST_UNIT, lambda_for
+from routers.frontier import fixed_points, hull_accuracy, point
+from routers.objective import (
+    Objective,
+    alone,
+    choose,
+    decide_tier,
+    relative,
+    route_traffic,
+    sketch_of,
+    sketch_request,
+    steps,
+)
+
+
+def traffic(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    easiness = rng.normal(size=n)
+    ability = np.array([-1.0, 0.0, 1.5])
+    quality = 1 / (1 + np.exp(-(easiness[:, None] + ability[None, :])))
+    tokens = rng.integers(20, 2000, size=n)[:, None]
+    cost = tokens * np.array([0.06, 0.18, 0.88])[None, :] / 1e6
+    return quality, cost
+
+
+def test_steps_walk_the_upper_hull_cheaper_as_lambda_grows() -> None:
+    # medium is dominated (no better than the mix of small and large): skipped
+    out = steps([0.5, 0.55, 0.9], [1.0, 2.0, 3.0])
+    assert [round(s[0], 6) for s in out] == [0.2]
+    assert out[0][1:] == (2.0, pytest.approx(0.4))
+    # a cheaper tier as good as the best: chosen at λ = 0 already, no steps above it
+    assert steps([0.9, 0.9, 0.9], [1.0, 2.0, 3.0]) == []
+    # every step on the hull, in order
+    lams = [s[0] for s in steps([0.3, 0.7, 0.8], [1.0, 2.0, 4.0])]
+    assert lams == sorted(lams) and len(lams) == 2
+
+
+def test_cost_objective_spends_at_most_its_share_and_little_less() -> None:
+    quality, cost = traffic(5000)
+    # requests differ in how their costs split between input and output (shares differ)
+    cost[:, :2] *= np.random.default_rng(9).uniform(0.5, 1.5, (len(cost), 2))
+    for share in (0.1, 0.25, 0.5):
+        lam = lambda_for(sketch_of(quality, cost), "cost", share)
+        tiers = choose(quality, cost, lam)
+        # each request's cost as a share of what the largest tier would charge for it
+        spent = relative(cost)[np.arange(len(cost)), tiers].mean()
+        assert spent <= share * (1 + 1e-9)
+        assert spent >= share - 0.01
+
+
+def test_quality_objective_reaches_its_share_at_least_cost() -> None:
+    quality, cost = traffic(5000, seed=1)
+    target = 0.95 * quality[:, -1].sum()
+    lam = lambda_for(sketch_of(quality, cost), "quality", 0.95)
+    tiers = choose(quality, cost, lam)
+    reached = quality[np.arange(len(quality)), tiers].sum()
+    assert reached >= target
+    # a slightly larger λ (cheaper) would miss the target: λ is the largest that meets it
+    cheaper = choose(quality, cost, lam * 1.02)
+    assert quality[np.arange(len(quality)), cheaper].sum() < target + 0.5
+    assert cost[np.arange(len(cost)), tiers].sum() < cost[:, -1].sum()
+
+
+def test_sketches_merge_by_adding_counts() -> None:
+    quality, cost = traffic(600, seed=2)
+    whole = sketch_of(quality, cost)
+    halves = sketch_of(quality[:300], cost[:300]) + sketch_of(quality[300:], cost[300:])
+    assert whole == halves
+    assert lambda_for(whole, "cost", 0.3) == lambda_for(halves, "cost", 0.3)
+
+
+def test_without_signal_every_request_goes_to_one_fixed_tier() -> None:
+    # the same predictions and cost for every request: no request is told apart
+    quality = np.tile([0.5, 0.64, 0.81], (400, 1))
+    cost = np.tile([1.3, 4.0, 100.0], (400, 1)) * 1e-5
+    tiers, lam = route_traffic(quality, cost, Objective("cost", 0.25), min_samples=200)
+    assert lam is not None and len(set(tiers.tolist())) == 1
+    assert tiers[0] == 1  # the best tier for the objective, not the smallest by quota
+    rng = np.random.default_rng(0)
+    correct = (rng.random((400, 3)) < quality).astype(float)
+    spent = point(tiers, correct, cost)
+    assert spent.accuracy == pytest.approx(hull_accuracy(fixed_points(correct, cost), spent.cost))
+
+
+def test_alone_meets_the_objective_per_request() -> None:
+    quality, cost = [0.97, 0.98, 0.99], [1.0, 3.0, 15.0]
+    assert alone(quality, cost, Objective("quality", 0.95)) == 0
+    assert alone([0.2, 0.5, 0.8], cost, Objective("quality", 0.95)) == 2
+    assert alone([0.2, 0.5, 0.8], cost, Objective("cost", 0.25)) == 1
+    choice = decide_tier(("s", "m", "l"), [0.2, 0.5, 0.8], cost, None, Objective("cost", 0.25), "x")
+    assert choice.tier == "m" and choice.lam is None and "alone" in choice.reason
+
+
+def test_fewer_rows_than_min_samples_are_routed_alone() -> None:
+    quality, cost = traffic(50, seed=3)
+    tiers, lam = route_traffic(quality, cost, Objective("quality", 0.9), min_samples=200)
+    assert lam is None
+    expected = [
+        alone(list(q), list(c), Objective("quality", 0.9))
+        for q, c in zip(quality, cost, strict=True)
+    ]
+    assert tiers.tolist() == expected
+
+
+def test_sketch_counts_are_integers_in_fixed_units() -> None:
+    counts: Counter[str] = Counter()
+    sketch_request(counts, [0.5, 0.9], [1e-6, 1e-5])
+    assert counts["n"] == 1 and counts["CL"] == round(1.0 / COST_UNIT)  # a share of itself
+    assert all(isinstance(v, int) for v in counts.values())
