@@ -10,9 +10,15 @@ probe prompts from data/cache_pairs.jsonl, then times the gateway's own lookup p
 (``PromptCache.plan`` + ``lookup``, fingerprinting and decoding included):
 
 - exact hit: the probe asked again;
-- semantic hit: its paraphrase, embedded afresh each time (embedding and the strict
+- semantic hit: its paraphrase, embedded afresh each time (embedding and the
   verification included); then the same with the vector given, and the verification
-  (``same_question`` on fresh strings) alone.
+  alone (the rules on fresh strings, plus one cross-encoder call in the embedder worker
+  when the rules leave the pair open).
+
+As served (``--verifier``, the default): the ONNX int8 MiniLM in one embedder worker
+process, the learned verifier in that worker, the tenant at ``max_wrong_rate: 0.001``;
+the probes are labelled paraphrases with the same guard (half of them need the model).
+``--no-verifier``: torch MiniLM in a thread and ``strict``, as before.
 
 Baselines measured in the same run: one Redis PING round trip (exact), one MiniLM
 embedding (semantic). Memory per entry: Redis' MEMORY USAGE of the tenant's keys, and
@@ -43,18 +49,22 @@ from gateway.cache.service import PromptCache
 from gateway.cache.storage import CacheStorage, Semantic
 from gateway.cache.streamindex import StreamIndexStorage
 from gateway.cache.vectorsets import VectorSetStorage
+from gateway.cache.verify import CandidateVerifier
 from policies.schema import (
     DEFAULT_SEMANTIC_THRESHOLD,
     ApiKey,
     CacheConfig,
+    CachePolicy,
+    ClassifierConfig,
     TenantSpec,
+    VerifyTarget,
 )
 from policies.store_redis import RedisStore
 from policies.tenants import Principal
 from routers.embedding import EmbeddingOnce, SentenceTransformerEmbedder
 from routers.semantic_eval import load_pairs
 from routers.semantic_guard import guard
-from routers.semantic_verify import same_question, verified
+from routers.semantic_veto import rule_verdict
 
 TENANTS = ("acme", "globex")
 _FRESH = itertools.count(1)
@@ -101,26 +111,35 @@ async def fill(storage: CacheStorage, root: str, tenant: str, entries: int) -> N
 
 
 async def run_storage(
-    name: str, storage: CacheStorage, root: str, embedder: Any, args: argparse.Namespace
+    name: str,
+    storage: CacheStorage,
+    root: str,
+    embedder: Any,
+    args: argparse.Namespace,
+    verifier: CandidateVerifier,
 ) -> dict[str, Any]:
     config = CacheConfig(semantic=True, key_prefix=root, timeout_s=1.0)
-    cache = PromptCache(storage, config, semantic_enabled=True)
+    cache = PromptCache(storage, config, semantic_enabled=True, verifier=verifier)
     key = ApiKey(id="k", sha256="0" * 64)
-    principals = {t: Principal(t, "k", TenantSpec(keys=(key,))) for t in TENANTS}
+    verify = VerifyTarget(max_wrong_rate=0.001) if args.verifier else "strict"
+    policy = CachePolicy(semantic_verify=verify)
+    principals = {t: Principal(t, "k", TenantSpec(keys=(key,), cache=policy)) for t in TENANTS}
     await storage.start(list(TENANTS))
     started = time.perf_counter()
     for tenant in TENANTS:
         await fill(storage, root, tenant, args.entries)
     fill_s = time.perf_counter() - started
-    # Probes: the labelled paraphrase pairs the cache matches at the default policy
-    # (same guard, the strict verifier accepts, similarity >= the threshold).
-    pairs = [
-        p
-        for p in load_pairs()
-        if p["match"]
-        and guard(str(p["a"])) == guard(str(p["b"]))
-        and verified("strict", str(p["a"]), str(p["b"]))
-    ][: args.probes]
+    # Probes: labelled paraphrases with the same guard and similarity >= the threshold;
+    # with the verifier, half of them are pairs the rules leave to the model.
+    same = [p for p in load_pairs() if p["match"] and guard(str(p["a"])) == guard(str(p["b"]))]
+    verdicts = [rule_verdict(str(p["a"]), str(p["b"]))[0] for p in same]
+    trivial = [p for p, v in zip(same, verdicts, strict=True) if v == "same"]
+    open_ = [p for p, v in zip(same, verdicts, strict=True) if v == "undecided"]
+    if args.verifier:
+        half = args.probes // 2
+        pairs = [x for pair in zip(trivial[:half], open_[:half], strict=False) for x in pair]
+    else:
+        pairs = trivial[: args.probes]
     a = await embedder.embed([str(p["a"]) for p in pairs])
     b = await embedder.embed([str(p["b"]) for p in pairs])
     keep = np.sum(a * b, axis=1) >= DEFAULT_SEMANTIC_THRESHOLD
@@ -137,6 +156,7 @@ async def run_storage(
     semantic: list[list[float]] = []
     search: list[list[float]] = []
     verify: list[list[float]] = []
+    model: list[float] = []  # the cross-encoder call alone, on the pairs the rules leave open
     semantic_hits = 0
     paraphrases = await embedder.embed([str(p["b"]) for p in pairs])
     for _ in range(args.rounds):
@@ -163,12 +183,15 @@ async def run_storage(
             assert plan is not None
             found = await cache.lookup(plan, _fixed(embedder, text, vector))  # type: ignore[arg-type]
             sr.append(time.perf_counter() - t0)
-            assert found.status == "semantic", found
         pad = " " * next(_FRESH)  # new strings each round and storage: nothing memoised
         for pair in pairs:
             a, b = f"{pair['a']}{pad}", f"{pad}{pair['b']}"
             t0 = time.perf_counter()
-            same_question(a, b)
+            verdict, _ = rule_verdict(a, b)
+            if verdict == "undecided" and verifier.scorer is not None:
+                t1 = time.perf_counter()
+                await verifier.scorer.score([(a, b)])
+                model.append(time.perf_counter() - t1)
             vr.append(time.perf_counter() - t0)
         exact.append(ex)
         semantic.append(se)
@@ -183,6 +206,7 @@ async def run_storage(
         "semantic": semantic,
         "search": search,
         "verify": verify,
+        "model": [model] if model else [[0.0]],
         "semantic_hit_rate": semantic_hits / (len(pairs) * args.rounds),
         "entries": usage.entries,
         "bytes_per_entry": usage.memory_bytes / max(usage.entries, 1),
@@ -254,8 +278,19 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--probes", type=int, default=100, help="paraphrase pairs timed")
     parser.add_argument("--redis7", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--verifier", action=argparse.BooleanOptionalAction, default=True)
     args = parser.parse_args()
-    embedder = SentenceTransformerEmbedder()
+    embedder: Any
+    verifier = CandidateVerifier(None, None)
+    if args.verifier:
+        from routers.embed_worker import ProcessEmbedder
+        from routers.verifier_model import load_calibration
+        from routers.verifier_scorer import build_pair_scorer
+
+        embedder = ProcessEmbedder(ClassifierConfig())
+        verifier = CandidateVerifier(build_pair_scorer(embedder), load_calibration())
+    else:
+        embedder = SentenceTransformerEmbedder()
     await embedder.embed(["warm up"])
     proc, redis8 = start_redis8()
     try:
@@ -275,7 +310,7 @@ async def main() -> None:
             else:
                 storage = VectorSetStorage(RedisStore(url, timeout_s=5.0))
             try:
-                result = await run_storage(name, storage, root, embedder, args)
+                result = await run_storage(name, storage, root, embedder, args, verifier)
             finally:
                 if url is not None:
                     import redis
@@ -298,11 +333,13 @@ async def main() -> None:
                 f"  semantic, vector given (search + fetch + verify)  {summary(result['search'])}"
             )
             print(f"  of which the verification alone  {summary(result['verify'])}")
+            print(f"  the cross-encoder call alone (worker)  {summary(result['model'])}")
             print(
                 f"  memory/entry  {result['bytes_per_entry']:.0f} B in the store, "
                 f"{result['index_bytes_per_entry']:.0f} B in this replica's index"
             )
     finally:
+        await embedder.aclose()
         proc.terminate()
         proc.wait(10)
 

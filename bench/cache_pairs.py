@@ -85,7 +85,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--embedder", choices=("torch", "onnx"), default="torch")
     parser.add_argument("--threshold", type=float, default=default.semantic_threshold)
-    parser.add_argument("--mode", choices=("strict", "guard"), default=default.semantic_verify)
+    parser.add_argument("--mode", choices=("strict", "guard"), default="strict")
     args = parser.parse_args()
     pairs = load_pairs()
     embedder = make_embedder(args.embedder)

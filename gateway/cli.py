@@ -78,6 +78,7 @@ BENCHMARKS = {  # name -> module under bench/ (run as ``python -m bench.<module>
     "pipeline-cpu": "pipeline_cpu",  # CPU ms per `auto` request, every process
     "cache": "cache_latency",
     "cache-pairs": "cache_pairs",
+    "cache-verifier": "verifier_candidates",  # the learned verifier's candidates side by side
     "budgets": "budget_overhead",
     "keys": "keys_overhead",  # API-managed keys vs YAML keys, passthrough CPU per request
     "observability": "observability_overhead",

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    Discriminator,
     Field,
     StringConstraints,
+    Tag,
     model_validator,
 )
 
@@ -87,10 +89,30 @@ class ApiKey(Frozen):
 
 
 # Cosine similarity a paraphrase must reach for a semantic hit (MiniLM), before the
-# verifier (semantic_verify). Under "strict" the held-out pairs give zero false hits at any
-# threshold; 0.85 keeps the verifier's candidates close (recall 0.746 held-out:
-# bench/cache_pairs.py, docs/cache.md).
+# verifier (semantic_verify). The held-out pairs give zero false hits with the rules and
+# the learned verifier at 0.001; 0.85 keeps the verifier's candidates close
+# (bench/verifier_candidates.py, docs/cache.md).
 DEFAULT_SEMANTIC_THRESHOLD = 0.85
+
+
+class VerifyTarget(Frozen):
+    """A learned verifier decides what the rules leave open (routers/semantic_veto.py):
+    at most this share of the near-miss candidates that reach it may be served, the
+    threshold set from the calibration table shipped with the model (docs/cache.md)."""
+
+    max_wrong_rate: float = Field(gt=0.0, le=0.1)
+
+
+def _verify_kind(value: Any) -> str:
+    return "mode" if isinstance(value, str) else "target"
+
+
+# ``strict`` / ``guard``, or ``{max_wrong_rate: R}``; an error names the branch it took
+# (``semantic_verify.mode`` or ``semantic_verify.target.max_wrong_rate``).
+SemanticVerify = Annotated[
+    Annotated[Literal["strict", "guard"], Tag("mode")] | Annotated[VerifyTarget, Tag("target")],
+    Discriminator(_verify_kind),
+]
 
 
 class CachePolicy(Frozen):
@@ -106,9 +128,10 @@ class CachePolicy(Frozen):
     semantic: bool = True
     semantic_threshold: float = Field(DEFAULT_SEMANTIC_THRESHOLD, gt=0.0, le=1.0)
     # After the similarity test: "strict" serves a hit only when every difference between
-    # the two questions keeps the meaning (routers/semantic_verify.py); "guard" trades
-    # precision for recall (numbers, negations, units, names only; docs/cache.md).
-    semantic_verify: Literal["strict", "guard"] = "strict"
+    # the two questions keeps the meaning (routers/semantic_verify.py), the zero-risk
+    # setting; {max_wrong_rate: R} lets the learned verifier accept what the rules leave
+    # open at that error bound; "guard" trades precision for recall (docs/cache.md).
+    semantic_verify: SemanticVerify = VerifyTarget(max_wrong_rate=0.001)
     # Share of the original cost a hit is charged: 0 = free, 1 = full price.
     hit_charge: float = Field(0.0, ge=0.0, le=1.0)
 
@@ -138,6 +161,8 @@ class CacheConfig(Frozen):
     # The semantic cache needs the sentence embedder (sentence-transformers, torch).
     semantic: bool = False
     embedder_model: str | None = None
+    # The learned verifier's folder (ONNX + tokenizer + calibration); None: the shipped one.
+    verifier_model: str | None = None
     # Where semantic vectors are searched: auto = Redis 8 vector sets when the server has
     # them, else a per-replica index synced through a Redis stream (memory store: in process).
     index: Literal["auto", "vectorset", "stream"] = "auto"

@@ -22,6 +22,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from multiprocessing.connection import Connection, Pipe
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,7 @@ class EmbedWorker:
         self.restarts = 0
         self.name = ""
         self.dim = 0
+        self.verifier_dir: str | None = None
         self._popen: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
         self._start()
@@ -78,6 +80,28 @@ class EmbedWorker:
             raise EmbedderUnavailable(f"embedder worker: {payload}")
         self.name, self.dim = payload
         log.info("embedder worker %d ready (%s)", self._popen.pid, self.name)
+        if self.verifier_dir is not None:
+            self._load_verifier(parent, self.verifier_dir)
+
+    def _load_verifier(self, conn: Connection, folder: str) -> None:
+        try:
+            conn.send(("load_verifier", folder))
+            if not conn.poll(START_TIMEOUT_S):
+                raise EmbedderUnavailable("the verifier did not load in time")
+            kind, payload = conn.recv()
+        except (EOFError, OSError) as exc:
+            self._kill()
+            raise EmbedderUnavailable(f"the worker exited loading the verifier: {exc}") from exc
+        if kind != "ready":
+            raise EmbedderUnavailable(f"verifier: {payload}")
+
+    def load_verifier(self, folder: str) -> None:
+        """Build the cross-encoder in this worker now, and in every restart of it."""
+        with self.lock:
+            if self._conn is None:
+                raise EmbedderUnavailable("no embedder worker is running")
+            self._load_verifier(self._conn, folder)
+            self.verifier_dir = folder
 
     def _kill(self) -> None:
         if self._conn is not None:
@@ -97,7 +121,7 @@ class EmbedWorker:
         except EmbedderUnavailable as exc:  # the next batch tries again
             log.error("embedder worker restart failed: %s", exc)
 
-    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+    def _ask(self, op: str, payload: object, answer: str) -> Any:
         with self.lock:
             if self._conn is None:
                 self._restart("is not running")
@@ -105,18 +129,26 @@ class EmbedWorker:
             if conn is None:
                 raise EmbeddingFailed("no embedder worker is running")
             try:
-                conn.send(list(texts))
+                conn.send((op, payload))
                 if not conn.poll(self.config.worker_timeout_s):
                     self._restart(f"took over {self.config.worker_timeout_s} s on one batch")
                     raise EmbeddingFailed("the embedder worker was stuck (restarted)")
-                kind, payload = conn.recv()
+                kind, result = conn.recv()
             except (EOFError, OSError) as exc:
                 self._restart(f"died ({type(exc).__name__})")
                 raise EmbeddingFailed("the embedder worker died (restarted)") from exc
-        if kind != "vectors":
-            raise EmbeddingFailed(str(payload))
-        vectors: npt.NDArray[np.float32] = payload
+        if kind != answer:
+            raise EmbeddingFailed(str(result))
+        return result
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        vectors: npt.NDArray[np.float32] = self._ask("embed", list(texts), "vectors")
         return vectors
+
+    def verify(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+        """P(same question) per ``(cached, asked)``; needs ``load_verifier`` first."""
+        scores: list[float] = self._ask("verify", [tuple(p) for p in pairs], "scores")
+        return scores
 
     def close(self) -> None:
         with self.lock:
@@ -137,6 +169,7 @@ class ProcessEmbedder:
             raise
         first = self.workers[0]
         self.name, self.dim = first.name, first.dim
+        self._next_verifier = 0
         self._batcher = MicroBatcher(
             [w.embed for w in self.workers], config.max_batch, config.max_wait_ms
         )
@@ -151,6 +184,16 @@ class ProcessEmbedder:
 
     def embed_sync(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         return self.workers[0].embed(texts)
+
+    def load_verifier(self, folder: str) -> None:
+        for worker in self.workers:
+            worker.load_verifier(folder)
+
+    async def verify(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+        """The verifier in the least recently used worker's process, off the event loop."""
+        worker = self.workers[self._next_verifier % len(self.workers)]
+        self._next_verifier += 1
+        return await asyncio.to_thread(worker.verify, pairs)
 
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         return await self._batcher.submit(texts)
@@ -177,15 +220,26 @@ def _serve(conn: Connection) -> None:
         conn.send(("error", str(exc)))
         return
     conn.send(("ready", (embedder.name, embedder.dim)))
+    verifier: Any = None
     try:
         while True:
             try:
-                texts: Any = conn.recv()
+                op, payload = conn.recv()
             except EOFError:  # the gateway closed its end: stop
                 return
             try:
-                conn.send(("vectors", embedder.embed_sync(texts)))
-            except (RuntimeError, ValueError, MemoryError, TypeError) as exc:
+                if op == "embed":
+                    conn.send(("vectors", embedder.embed_sync(payload)))
+                elif op == "verify" and verifier is not None:
+                    conn.send(("scores", verifier.score(payload)))
+                elif op == "load_verifier":
+                    from routers.verifier_model import CrossEncoderVerifier
+
+                    verifier = CrossEncoderVerifier(Path(payload))
+                    conn.send(("ready", None))
+                else:
+                    conn.send(("error", f"unknown or unready operation {op!r}"))
+            except (RuntimeError, ValueError, MemoryError, TypeError, OSError) as exc:
                 conn.send(("error", f"{type(exc).__name__}: {exc}"))
     finally:
         asyncio.run(embedder.aclose())

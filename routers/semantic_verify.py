@@ -244,6 +244,12 @@ def _fronted(a: tuple[tuple[str, ...], ...], b: tuple[tuple[str, ...], ...]) -> 
     return False
 
 
+def canonical_tokens(text: str) -> list[str]:
+    """The text's tokens as the alignment compares them (fillers and wrappers dropped,
+    contractions expanded, number words as digits, plurals singular)."""
+    return [t for chunk in _chunks(text) for t in chunk]
+
+
 def same_question(a: str, b: str) -> bool:
     """Whether ``b`` may be answered with ``a``'s answer (differences keep the meaning)."""
     ca, cb = _chunks(a), _chunks(b)

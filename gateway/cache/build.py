@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from gateway.cache.keys import namespace
 from gateway.cache.service import PromptCache
 from gateway.cache.storage import CacheStorage, CacheUnavailable
+from gateway.cache.verify import CandidateVerifier
 from policies.schema import CacheConfig, GatewayConfig
 from policies.store import Store, StoreUnavailable
 from policies.store_redis import RedisStore
@@ -96,12 +98,36 @@ async def open_cache(
         if embedder is not None:
             # The verifier's word list loads here, not on the first semantic lookup.
             await asyncio.to_thread(load_lexicon)
+    verifier = CandidateVerifier(None, None)
+    if embedder is not None:  # also for tenants a policy reload moves to a target later
+        verifier = await _learned_verifier(embedder, config.cache.verifier_model)
     storage = await open_cache_storage(store, config.cache)
     await storage.start(sorted({namespace(name) for name in config.tenants}))
     log.info(
         "prompt cache on %s (semantic %s)", storage.kind, "on" if embedder is not None else "off"
     )
-    return PromptCache(storage, config.cache, semantic_enabled=embedder is not None), embedder
+    cache = PromptCache(
+        storage, config.cache, semantic_enabled=embedder is not None, verifier=verifier
+    )
+    cache.start()
+    return cache, embedder
+
+
+async def _learned_verifier(embedder: Embedder, folder: str | None) -> CandidateVerifier:
+    """The cross-encoder next to the embedding (worker process or thread) and its
+    calibration; without it every tenant falls back to the rules alone, loudly."""
+    from routers.verifier_model import MODEL_DIR, load_calibration
+    from routers.verifier_scorer import build_pair_scorer
+
+    path = Path(folder) if folder else MODEL_DIR
+    try:
+        scorer = await asyncio.to_thread(build_pair_scorer, embedder, path)
+        calibration = await asyncio.to_thread(load_calibration, path)
+    except (EmbedderUnavailable, OSError, ValueError, KeyError) as exc:
+        log.error("semantic verifier unavailable (%s): rules only (strict) for every tenant", exc)
+        return CandidateVerifier(None, None)
+    log.info("semantic verifier ready (%s, in a %s)", path.name, scorer.where)
+    return CandidateVerifier(scorer, calibration)
 
 
 async def close_cache(cache: PromptCache | None, embedder: Embedder | None) -> None:

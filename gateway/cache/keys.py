@@ -57,6 +57,16 @@ class CacheKeys:
         """Redis 8 vector set of this tenant's semantic entries."""
         return f"{self.base}:vset"
 
+    @property
+    def stats(self) -> str:
+        """Hash of this tenant's lookup figures, summed by every replica (cache/stats.py)."""
+        return f"{self.base}:stats"
+
+    @property
+    def labels(self) -> str:
+        """List of feedback labels (a served pair flagged wrong), newest first, capped."""
+        return f"{self.base}:labels"
+
 
 def stream_key(root: str) -> str:
     """Redis 7 path: every replica tails this stream to keep its index in sync."""

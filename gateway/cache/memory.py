@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from gateway.cache.keys import CacheKeys
@@ -25,6 +25,8 @@ class MemoryStorage:
         # Per tenant, in insertion order: the oldest entry is evicted first.
         self._entries: dict[str, OrderedDict[str, _Entry]] = {}
         self._index = LocalIndex()
+        self._stats: dict[str, dict[str, float]] = {}
+        self._labels: dict[str, deque[bytes]] = {}
 
     async def start(self, namespaces: list[str]) -> None:
         return None
@@ -76,6 +78,30 @@ class MemoryStorage:
                     Candidate(digest, entry.record, entry.semantic.text, entry.semantic.vector)
                 )
         return found
+
+    async def remove(self, keys: CacheKeys, digest: str) -> str | None:
+        entry = self._live(keys, digest)
+        if entry is None:
+            return None
+        self._drop(keys.ns, digest)
+        return entry.semantic.text if entry.semantic is not None else ""
+
+    async def add_stats(self, keys: CacheKeys, fields: dict[str, float]) -> None:
+        stats = self._stats.setdefault(keys.ns, {})
+        for name, value in fields.items():
+            stats[name] = stats.get(name, 0.0) + value
+
+    async def read_stats(self, keys: CacheKeys) -> dict[str, float]:
+        return dict(self._stats.get(keys.ns, {}))
+
+    async def add_label(self, keys: CacheKeys, label: bytes, cap: int) -> None:
+        labels = self._labels.setdefault(keys.ns, deque(maxlen=cap))
+        if labels.maxlen != cap:
+            labels = self._labels[keys.ns] = deque(labels, maxlen=cap)
+        labels.appendleft(label)
+
+    async def labels(self, keys: CacheKeys, count: int) -> list[bytes]:
+        return list(self._labels.get(keys.ns, ()))[:count]
 
     async def flush(self, keys: CacheKeys) -> int:
         removed = len(self._entries.pop(keys.ns, OrderedDict()))

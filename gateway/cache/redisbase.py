@@ -68,6 +68,19 @@ return #digests
 """
 
 
+# KEYS: entry, order, vector set.  ARGV: digest, use_vset.  Returns the entry's compared
+# text ("" when it had none), or nil when the entry did not exist.
+REMOVE_SCRIPT = """
+local text = redis.call('HGET', KEYS[1], 't')
+local existed = redis.call('UNLINK', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+if ARGV[2] == '1' then redis.call('VREM', KEYS[3], ARGV[1]) end
+if existed == 0 then return false end
+return text or ''
+"""
+STATS_TTL_S = 30 * 86_400  # figures of a tenant idle this long lapse
+
+
 def as_vector(raw: bytes) -> Vector:
     return np.frombuffer(raw, dtype=np.float32)
 
@@ -83,6 +96,7 @@ class RedisStorageBase:
         self.redis = store.client
         self._put = store.script(PUT_SCRIPT)
         self._flush = store.script(FLUSH_SCRIPT)
+        self._remove = store.script(REMOVE_SCRIPT)
 
     async def call(self, what: str, make: Callable[[], Awaitable[T]]) -> T:
         return await self.store.call(f"cache {what}", make, error=CacheUnavailable)
@@ -150,6 +164,41 @@ class RedisStorageBase:
             if record is not None and text is not None and vector:
                 found.append(Candidate(digest, record, text.decode(), as_vector(vector)))
         return found
+
+    async def remove(self, keys: CacheKeys, digest: str) -> str | None:
+        script_keys = [keys.entry(digest), keys.order, keys.vectors]
+        args = [digest, "1" if self.use_vector_set else "0"]
+        text = await self._remove("cache remove", script_keys, args, error=CacheUnavailable)
+        if text is None:
+            return None
+        return text.decode() if isinstance(text, bytes) else str(text)
+
+    async def add_stats(self, keys: CacheKeys, fields: dict[str, float]) -> None:
+        async def run() -> None:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for name, value in fields.items():
+                    pipe.hincrbyfloat(keys.stats, name, value)
+                pipe.expire(keys.stats, STATS_TTL_S)
+                await pipe.execute()
+
+        await self.call("stats", run)
+
+    async def read_stats(self, keys: CacheKeys) -> dict[str, float]:
+        raw = await self.call("stats", lambda: self.redis.hgetall(keys.stats))
+        return {k.decode(): float(v) for k, v in raw.items()}
+
+    async def add_label(self, keys: CacheKeys, label: bytes, cap: int) -> None:
+        async def run() -> None:
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.lpush(keys.labels, label)
+                pipe.ltrim(keys.labels, 0, cap - 1)
+                await pipe.execute()
+
+        await self.call("label", run)
+
+    async def labels(self, keys: CacheKeys, count: int) -> list[bytes]:
+        rows = await self.call("labels", lambda: self.redis.lrange(keys.labels, 0, count - 1))
+        return [bytes(r) for r in rows]
 
     async def flush(self, keys: CacheKeys) -> int:
         flush_keys = [keys.order, keys.vectors]

@@ -10,12 +10,17 @@ compute once, as ``EmbeddingOnce``. Routing asks for the exact entry before clas
 (a hit skips the classifier); the run asks for the answer after admission, which reuses
 that lookup and only then searches the semantic index; the probe also stores the live
 answer and counts what a hit saved.
+
+A hit's ``Lookup.entry_id`` names the stored entry (opaque to callers); ``forget``
+evicts it from every index and keeps the pair as a ``match: false`` label, for
+feedback that flags a cached answer as wrong.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
@@ -26,18 +31,21 @@ import orjson
 from backends.base import GenerationRequest
 from gateway.cache.keys import CacheKeys, Fingerprint, fingerprint, namespace
 from gateway.cache.record import CachedResponse
+from gateway.cache.stats import TenantStats
 from gateway.cache.storage import CacheStorage, CacheUnavailable, Semantic, TenantUsage
+from gateway.cache.verify import CandidateVerifier
 from gateway.timing import timed
 from policies.schema import CacheConfig, CachePolicy
 from policies.tenants import Principal
 from routers.embedding import EmbeddingOnce
-from routers.semantic_verify import verified
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 CacheStatus = Literal["exact", "semantic", "miss", "bypass"]
 CANDIDATES = 4
+LABELS_KEPT = 1000  # feedback labels per tenant (newest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +64,7 @@ class Lookup:
     status: CacheStatus
     response: CachedResponse | None = None
     similarity: float | None = None
+    entry_id: str | None = None  # the stored entry a hit came from (``PromptCache.forget``)
 
 
 @dataclass(slots=True)
@@ -63,6 +72,8 @@ class CacheCounters:
     exact_hits: int = 0
     semantic_hits: int = 0
     refused: int = 0  # semantic candidates above the threshold the verifier turned down
+    refused_by_reason: dict[str, int] = field(default_factory=dict)
+    forgotten: int = 0  # entries evicted by feedback
     misses: int = 0
     bypassed: int = 0
     stored: int = 0
@@ -90,13 +101,41 @@ def cacheable(policy: CachePolicy, request: GenerationRequest) -> bool:
 
 class PromptCache:
     def __init__(
-        self, storage: CacheStorage, config: CacheConfig, *, semantic_enabled: bool
+        self,
+        storage: CacheStorage,
+        config: CacheConfig,
+        *,
+        semantic_enabled: bool,
+        verifier: CandidateVerifier | None = None,
     ) -> None:
         self.storage = storage
         self.config = config
         self.semantic_enabled = semantic_enabled
+        self.verifier = verifier or CandidateVerifier(None, None)
         self.counters = CacheCounters()
+        self.stats = TenantStats(self._flush_stats, self._read_stats)
         self._down_until = 0.0
+
+    async def _flush_stats(self, ns: str, fields: dict[str, float]) -> None:
+        keys = CacheKeys(self.config.key_prefix, ns)
+        await self._bookkeeping(self.storage.add_stats(keys, fields))
+
+    async def _read_stats(self, ns: str) -> dict[str, float]:
+        keys = CacheKeys(self.config.key_prefix, ns)
+        return await self._bookkeeping(self.storage.read_stats(keys))
+
+    async def _bookkeeping(self, work: Awaitable[T]) -> T:
+        """A figures call: under the cache timeout, but a slow one never marks the cache
+        down (lookups go on; the counts wait for the next flush)."""
+        try:
+            async with asyncio.timeout(self.config.timeout_s * 5):
+                return await work
+        except TimeoutError as exc:
+            raise CacheUnavailable("cache figures timed out") from exc
+
+    def start(self) -> None:
+        """Start sharing the per-tenant figures (call inside the running loop)."""
+        self.stats.start()
 
     @property
     def kind(self) -> str:
@@ -170,6 +209,7 @@ class PromptCache:
     async def lookup_exact(self, plan: CachePlan) -> Lookup:
         """The exact key only (it does not depend on the tier): ``miss`` is not counted,
         the semantic lookup that follows counts it."""
+        self.stats.add(plan.keys.ns, "lookups")
         try:
             raw = await self._guarded("get", self.storage.get(plan.keys, plan.fingerprint.exact))
         except CacheUnavailable:
@@ -179,7 +219,8 @@ class PromptCache:
         if response is None:
             return Lookup("miss")
         self.counters.exact_hits += 1
-        return Lookup("exact", response, 1.0)
+        self.stats.add(plan.keys.ns, "exact_hits")
+        return Lookup("exact", response, 1.0, plan.fingerprint.exact)
 
     async def lookup_semantic(self, plan: CachePlan, embedding: EmbeddingOnce | None) -> Lookup:
         """The semantic index, after an exact miss."""
@@ -190,6 +231,7 @@ class PromptCache:
             return Lookup("bypass")
         if found.status == "semantic":
             self.counters.semantic_hits += 1
+            self.stats.add(plan.keys.ns, "semantic_hits")
             by_tenant = self.counters.semantic_by_tenant
             by_tenant[plan.tenant] = by_tenant.get(plan.tenant, 0) + 1
         else:
@@ -205,16 +247,27 @@ class PromptCache:
             self.storage.candidates(plan.keys, plan.fingerprint.prefix, vector, CANDIDATES),
         )
         scored = sorted(((float(c.vector @ vector), c) for c in candidates), key=lambda x: -x[0])
-        for similarity, candidate in scored:
-            if similarity < plan.policy.semantic_threshold:
-                break
-            if not verified(plan.policy.semantic_verify, candidate.text, plan.fingerprint.text):
-                self.counters.refused += 1
-                continue
-            response = _decode(candidate.record)
-            if response is not None:
-                return Lookup("semantic", response, similarity)
-        return Lookup("miss")
+        decoded = {
+            c.digest: r
+            for s, c in scored
+            if s >= plan.policy.semantic_threshold and (r := _decode(c.record)) is not None
+        }
+        close = [(s, c) for s, c in scored if c.digest in decoded]
+        if not close:
+            return Lookup("miss")
+        decision = await self.verifier.decide(plan.policy, plan.fingerprint.text, close)
+        ns = plan.keys.ns
+        for reason, count in decision.refused.items():
+            self.counters.refused += count
+            by_reason = self.counters.refused_by_reason
+            by_reason[reason] = by_reason.get(reason, 0) + count
+            self.stats.add(ns, f"refused:{reason}", count)
+        if decision.verify_ms is not None:
+            self.stats.verified(ns, decision.verify_ms)
+        if decision.chosen is None:
+            return Lookup("miss")
+        similarity, candidate = decision.chosen
+        return Lookup("semantic", decoded[candidate.digest], similarity, candidate.digest)
 
     async def store(
         self, plan: CachePlan, response: CachedResponse, embedding: EmbeddingOnce | None
@@ -243,6 +296,39 @@ class PromptCache:
     def record_saving(self, saved_usd: float) -> None:
         self.counters.saved_usd += saved_usd
 
+    async def forget(self, tenant: str, entry_id: str, *, query_text: str) -> bool:
+        """Evict the entry a hit came from (every index, every replica) and keep
+        ``(query_text, the entry's prompt)`` as a ``match: false`` label. False when the
+        entry was already gone (nothing is labelled then). ``CacheUnavailable`` when the
+        store is down: the caller answers 503."""
+        if not _DIGEST.match(entry_id):
+            return False
+        keys = self.keys(tenant)
+        cached = await self._guarded("remove", self.storage.remove(keys, entry_id))
+        if cached is None:
+            return False
+        label = {
+            "a": cached or query_text,  # an exact hit's entry keeps no text: it was the same
+            "b": query_text,
+            "match": False,
+            "kind": "feedback",
+            "entry_id": entry_id,
+            "ts": time.time(),
+        }
+        await self._guarded("label", self.storage.add_label(keys, orjson.dumps(label), LABELS_KEPT))
+        self.counters.forgotten += 1
+        self.stats.add(keys.ns, "forgotten")
+        return True
+
+    async def labels(self, tenant: str, count: int = LABELS_KEPT) -> list[dict[str, object]]:
+        """The tenant's feedback labels, newest first."""
+        rows = await self._guarded("labels", self.storage.labels(self.keys(tenant), count))
+        return [orjson.loads(row) for row in rows]
+
+    async def tenant_stats(self, tenant: str) -> dict[str, float]:
+        """The tenant's lookup figures summed over every replica (``gateway.cache.stats``)."""
+        return await self.stats.read(self.keys(tenant).ns)
+
     async def flush(self, tenant: str) -> int:
         return await self.storage.flush(self.keys(tenant))
 
@@ -253,6 +339,7 @@ class PromptCache:
         return CacheKeys(self.config.key_prefix, namespace(tenant))
 
     async def aclose(self) -> None:
+        await self.stats.aclose()
         await self.storage.aclose()
 
 

@@ -207,6 +207,21 @@ class StreamIndexStorage(RedisStorageBase):
                 self.index.remove(keys.ns, digest)  # expired in Redis
         return found
 
+    async def remove(self, keys: CacheKeys, digest: str) -> str | None:
+        """Evict here, and tell every other replica's index (a ``del`` event)."""
+        text = await super().remove(keys, digest)
+        self.index.remove(keys.ns, digest)
+        await self.call(
+            "publish",
+            lambda: self.redis.xadd(
+                self.stream,
+                {"op": "del", "ns": keys.ns, "d": digest},
+                maxlen=self.maxlen,
+                approximate=True,
+            ),
+        )
+        return text
+
     async def flush(self, keys: CacheKeys) -> int:
         removed = await super().flush(keys)
         self.index.clear(keys.ns)

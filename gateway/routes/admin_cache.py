@@ -1,4 +1,5 @@
-"""``/admin/api/cache``: per-tenant entry count and memory; flush one tenant's cache."""
+"""``/admin/api/cache``: per tenant entries, memory, lookups, hits, refusals by reason and
+the verifier's latency (summed over every replica); a tenant's feedback labels; flush."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from gateway.cache.service import PromptCache
+from gateway.cache.stats import summary
 from gateway.cache.storage import CacheUnavailable, TenantUsage
-from gateway.deps import AdminKeyDep
+from gateway.deps import AdminDep, AdminKeyDep
 from gateway.errors import ApiError, ServiceUnavailable
 from gateway.http import GatewayRoute
 from gateway.openapi import ADMIN_ERRORS
@@ -53,13 +55,14 @@ def _usage_body(usage: TenantUsage) -> dict[str, Any]:
 
 
 @router.get("")
-async def cache_usage(state: AdminKeyDep) -> Response:
+async def cache_usage(state: AdminDep) -> Response:
     cache = _cache(state)
     tenants: dict[str, Any] = {}
     try:
         for name in state.config.tenants:
             tenants[name] = _usage_body(await cache.usage(name))
             tenants[name]["semantic_hits"] = cache.counters.semantic_by_tenant.get(name, 0)
+            tenants[name]["shared"] = summary(await cache.tenant_stats(name))
     except CacheUnavailable as exc:
         raise ServiceUnavailable(f"the cache store is unavailable: {exc}") from exc
     counters = cache.counters
@@ -71,6 +74,8 @@ async def cache_usage(state: AdminKeyDep) -> Response:
                 "exact_hits": counters.exact_hits,
                 "semantic_hits": counters.semantic_hits,
                 "semantic_refused": counters.refused,
+                "semantic_refused_by_reason": counters.refused_by_reason,
+                "forgotten": counters.forgotten,
                 "misses": counters.misses,
                 "bypassed": counters.bypassed,
                 "stored": counters.stored,
@@ -83,15 +88,30 @@ async def cache_usage(state: AdminKeyDep) -> Response:
 
 
 @router.get("/{tenant}")
-async def tenant_usage(tenant: str, state: AdminKeyDep) -> Response:
+async def tenant_usage(tenant: str, state: AdminDep) -> Response:
     cache = _cache(state)
     tenant = _tenant(state, tenant)
     try:
         usage = await cache.usage(tenant)
+        shared = summary(await cache.tenant_stats(tenant))
     except CacheUnavailable as exc:
         raise ServiceUnavailable(f"the cache store is unavailable: {exc}") from exc
     semantic_hits = cache.counters.semantic_by_tenant.get(tenant, 0)
-    return _json({"tenant": tenant, **_usage_body(usage), "semantic_hits": semantic_hits})
+    return _json(
+        {"tenant": tenant, **_usage_body(usage), "semantic_hits": semantic_hits, "shared": shared}
+    )
+
+
+@router.get("/{tenant}/labels")
+async def tenant_labels(tenant: str, state: AdminDep) -> Response:
+    """Pairs flagged wrong by feedback (``PromptCache.forget``), newest first."""
+    cache = _cache(state)
+    tenant = _tenant(state, tenant)
+    try:
+        labels = await cache.labels(tenant)
+    except CacheUnavailable as exc:
+        raise ServiceUnavailable(f"the cache store is unavailable: {exc}") from exc
+    return _json({"tenant": tenant, "labels": labels})
 
 
 @router.delete("/{tenant}")

@@ -235,6 +235,11 @@ def test_admin_usage_and_flush(gateway: RunningGateway) -> None:
     # Semantic hits per tenant: acme got one in the paraphrase test, globex none.
     assert usage["tenants"]["acme"]["semantic_hits"] >= 1
     assert usage["tenants"]["globex"]["semantic_hits"] == 0
+    # The shared figures: lookups, hits, and the swapped units refused as reordered words.
+    shared = usage["tenants"]["acme"]["shared"]
+    assert shared["lookups"] >= 5 and shared["semantic_hits"] >= 1
+    assert shared["refused"].get("reordered", 0) >= 1
+    assert set(shared["verifier"]) == {"calls", "mean_ms", "p50_ms", "p99_ms"}
     denied = httpx.delete(
         gateway.base_url + "/admin/api/cache/acme", headers={"authorization": f"Bearer {TEST_KEY}"}
     )

@@ -187,3 +187,65 @@ async def test_stream_index_syncs_replicas(where: str, request: pytest.FixtureRe
         await b.aclose()
         if not cluster:
             delete_prefix(REDIS7_URL, root)
+
+
+async def test_remove_evicts_an_entry_from_every_index(storage: tuple[CacheStorage, str]) -> None:
+    store, root = storage
+    keys = CacheKeys(root, "acme")
+    await store.put(keys, "d1", b"r1", Semantic("p", "cached question", unit(1)), 60, 100)
+    await store.put(keys, "d2", b"r2", Semantic("p", "another", unit(2)), 60, 100)
+    await store.put(keys, "x", b"rx", None, 60, 100)
+    assert await store.remove(keys, "d1") == "cached question"
+    assert await store.get(keys, "d1") is None
+    assert "d1" not in {c.digest for c in await store.candidates(keys, "p", unit(1), 3)}
+    assert await store.get(keys, "d2") == b"r2"  # only that entry
+    assert (await store.usage(keys)).entries == 2
+    assert await store.remove(keys, "d1") is None  # already gone
+    assert await store.remove(keys, "x") == ""  # an entry stored without a text
+    assert await store.remove(CacheKeys(root, "globex"), "d2") is None  # not another tenant's
+
+
+async def test_stats_add_up_and_labels_keep_the_newest(storage: tuple[CacheStorage, str]) -> None:
+    store, root = storage
+    acme, globex = CacheKeys(root, "acme"), CacheKeys(root, "globex")
+    await store.add_stats(acme, {"lookups": 2, "verify_ms": 1.5})
+    await store.add_stats(acme, {"lookups": 1, "refused:numbers": 1})
+    assert await store.read_stats(acme) == {"lookups": 3, "verify_ms": 1.5, "refused:numbers": 1}
+    assert await store.read_stats(globex) == {}
+    for i in range(5):
+        await store.add_label(acme, f"label{i}".encode(), 3)
+    assert await store.labels(acme, 10) == [b"label4", b"label3", b"label2"]
+    assert await store.labels(acme, 1) == [b"label4"]
+    assert await store.labels(globex, 10) == []
+
+
+@pytest.mark.parametrize("where", ["redis7", "cluster"])
+async def test_stream_index_removal_reaches_other_replicas(
+    where: str, request: pytest.FixtureRequest
+) -> None:
+    root = cache_prefix()
+    cluster = where == "cluster"
+    url = request.getfixturevalue("redis_cluster").url if cluster else REDIS7_URL
+    a = StreamIndexStorage(RedisStore(url, cluster=cluster), root=root, maxlen=10_000)
+    b = StreamIndexStorage(RedisStore(url, cluster=cluster), root=root, maxlen=10_000)
+    keys = CacheKeys(root, "acme")
+    try:
+        await a.start(["acme"])
+        await b.start(["acme"])
+        await a.put(keys, "d1", b"r1", Semantic("p", "t1", unit(8)), 60, 100)
+        for _ in range(100):
+            if b.index.has("acme", "d1"):
+                break
+            await asyncio.sleep(0.02)
+        assert b.index.has("acme", "d1")
+        assert await b.remove(keys, "d1") == "t1"  # removed through the other replica
+        for _ in range(100):
+            if not a.index.has("acme", "d1"):
+                break
+            await asyncio.sleep(0.02)
+        assert not a.index.has("acme", "d1") and not b.index.has("acme", "d1")
+    finally:
+        await a.aclose()
+        await b.aclose()
+        if not cluster:
+            delete_prefix(REDIS7_URL, root)

@@ -160,3 +160,44 @@ def test_two_environment_keys_with_one_value_are_refused(monkeypatch: pytest.Mon
     )
     with pytest.raises(ValueError, match="tenant 'globex' key 'g1' is the same key as tenant"):
         KeyRing.from_config(parse_config(text))
+
+
+VERIFY = """\
+engines:
+  a: {backend: fake, model: m}
+tiers:
+  small: {engines: [a]}
+prices:
+  m: {input: 1, output: 1}
+tenants:
+  acme:
+    keys: [{id: k, sha256: "%s"}]
+    cache:
+      semantic_verify: %s
+"""
+
+
+@pytest.mark.parametrize(
+    ("value", "field", "message"),
+    [
+        ("{max_wrong_rate: 0}", "semantic_verify.target.max_wrong_rate", "greater than 0"),
+        ("{max_wrong_rate: 0.5}", "semantic_verify.target.max_wrong_rate", "less than or equal"),
+        ("{max_wrong_rate: 0.01, mode: x}", "semantic_verify.target.mode", "Extra inputs"),
+        ("loose", "semantic_verify.mode", "'strict' or 'guard'"),
+    ],
+)
+def test_semantic_verify_is_a_mode_or_an_error_bound(value: str, field: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(VERIFY % ("0" * 64, value), "verify.yaml")
+    (problem,) = info.value.problems
+    assert (problem.file, problem.line) == ("verify.yaml", 11)
+    assert problem.field == f"tenants.acme.cache.{field}" and message in problem.message
+
+
+def test_semantic_verify_accepts_a_target() -> None:
+    config = parse_config(VERIFY % ("0" * 64, "{max_wrong_rate: 0.001}"), "ok.yaml")
+    target = config.tenants["acme"].cache.semantic_verify
+    assert not isinstance(target, str) and target.max_wrong_rate == 0.001
+    assert parse_config(VERIFY % ("0" * 64, "strict")).tenants["acme"].cache.semantic_verify == (
+        "strict"
+    )

@@ -144,3 +144,28 @@ def test_a_dead_worker_sends_auto_to_the_default_tier_then_recovers() -> None:
         served = explain(gateway, TEST_KEY, chat(HARD + " again")).json()
         assert served["score"] is not None  # the restarted worker answers
         assert shared.workers[0].restarts == 1
+
+
+PAIRS = [
+    ("How do I keep basil fresh?", "What is the best way to store fresh basil?"),
+    ("How do I keep basil fresh?", "How do I grow basil from seed?"),
+]
+
+
+async def test_the_verifier_runs_in_the_worker_and_survives_a_restart(
+    workers: ProcessEmbedder,
+) -> None:
+    from routers.verifier_model import MODEL_DIR, CrossEncoderVerifier
+    from routers.verifier_scorer import build_pair_scorer
+
+    expected = CrossEncoderVerifier().score(PAIRS)
+    scorer = build_pair_scorer(CachedEmbedder(workers, 16))  # unwraps to the workers
+    assert scorer.where == "worker"
+    assert np.allclose(await scorer.score(PAIRS), expected, atol=1e-4)
+    os.kill(workers.pids[0], signal.SIGKILL)
+    with pytest.raises(EmbeddingFailed):  # "died", or "stuck" when the kill lands late
+        await scorer.score(PAIRS)
+    assert workers.workers[0].restarts == 1
+    # The restarted worker has the verifier again, without being asked.
+    assert np.allclose(await scorer.score(PAIRS), expected, atol=1e-4)
+    assert workers.workers[0].verifier_dir == str(MODEL_DIR)

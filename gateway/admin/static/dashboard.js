@@ -148,14 +148,45 @@ function drawDenials(denials) {
   }
 }
 
+const ms = (v) => (v === null || v === undefined ? "–" : `≤ ${v}`);
+
+function drawCache(cache) {
+  const body = $("cache-tenants").tBodies[0];
+  body.replaceChildren();
+  const tenants = cache ? Object.entries(cache.tenants) : [];
+  for (const [tenant, row] of tenants) {
+    const s = row.shared;
+    const refused = Object.entries(s.refused).map(([k, v]) => `${k.replace("_", " ")} ${v}`).join(", ");
+    const v = s.verifier;
+    const tr = body.insertRow();
+    for (const text of [tenant, s.lookups, s.exact_hits, s.semantic_hits, refused || "none",
+      v.calls, `${ms(v.p50_ms)} / ${ms(v.p99_ms)}`]) {
+      tr.insertCell().textContent = typeof text === "number" ? text.toLocaleString() : text;
+    }
+  }
+  if (!tenants.length) {
+    const cell = body.insertRow().insertCell();
+    cell.colSpan = 7;
+    cell.className = "empty";
+    cell.textContent = cache ? "No tenant uses the cache." : "The prompt cache is off.";
+  }
+}
+
+async function cacheFigures() {
+  const res = await fetch("/admin/api/cache", { credentials: "same-origin" });
+  return res.ok ? res.json() : null; // 503: the cache is off or its store is down
+}
+
 async function refresh() {
   $("status").textContent = "Loading…";
   try {
-    const [overview, denials] = await Promise.all([getJSON("overview"), getJSON("denials")]);
+    const [overview, denials, cache] = await Promise.all(
+      [getJSON("overview"), getJSON("denials"), cacheFigures()]);
     drawOverview(overview);
     drawLatency(overview.latency);
     drawShare(overview.tier_share);
     drawDenials(denials.denials);
+    drawCache(cache);
     $("status").textContent = `${overview.range.start} to ${overview.range.end} (UTC), updated ${new Date().toLocaleTimeString()}`;
     document.body.dataset.loaded = `${overview.range.start}/${overview.range.end}`;
   } catch (err) {

@@ -1,0 +1,79 @@
+"""The rules around the learned verifier: accept trivial edits, veto what a model misses.
+
+``rule_verdict`` sorts a candidate pair three ways before any model runs:
+
+- ``same``: every difference is an edit known to keep the meaning
+  (``routers.semantic_verify.same_question``: case, fillers, wrappers, typos...);
+- ``different``: a hard veto the learned verifier is never asked to overrule: other
+  numbers (digits or number words), another negation count, other proper names or
+  acronyms, other code identifiers (``list.append`` vs ``list.extend``), or the same
+  words in another order (a role reversal: "Can a landlord sue a tenant?");
+- ``undecided``: the learned verifier decides (``routers.verifier_model``).
+
+Pure functions of text, microseconds per pair.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from routers.semantic_guard import guard, reordered, same_names
+from routers.semantic_verify import canonical_tokens, same_question
+
+Verdict = Literal["same", "different", "undecided"]
+_CODE = re.compile(
+    r"`[^`]+`"  # anything quoted as code
+    r"|\b[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)+(?:\(\))?"  # dotted names: list.append, os.path
+    r"|\b[a-z]+(?:_[a-z0-9]+)+\b"  # snake_case
+    r"|\b[a-z]+(?:[A-Z][a-z0-9]*)+\b"  # camelCase
+    r"|\b\w+\(\)"  # calls: len()
+    r"|(?<!\w)--?[a-z][\w-]*"  # command-line flags
+)
+_ACRONYM = re.compile(r"\b[A-Z][A-Z0-9]{1,}s?\b")
+_NEGATING = frozenset("not no never none nothing nobody neither nor without".split())
+
+
+def code_identifiers(text: str) -> list[str]:
+    return sorted(m.group().strip("`") for m in _CODE.finditer(text))
+
+
+def _acronyms(text: str) -> list[str]:
+    if text.isupper():  # an all-caps question has no acronyms to tell apart
+        return []
+    return sorted(_ACRONYM.findall(text))
+
+
+def _numbers_and_negations(text: str) -> tuple[list[str], int]:
+    tokens = canonical_tokens(text)
+    return [t for t in tokens if t.isdigit()], sum(1 for t in tokens if t in _NEGATING)
+
+
+def vetoed(cached: str, asked: str) -> str | None:
+    """The reason the two can never share an answer, or None."""
+    if guard(cached) != guard(asked):
+        return "guard"
+    if _numbers_and_negations(cached) != _numbers_and_negations(asked):
+        return "numbers"
+    if not same_names(cached, asked) or _acronyms(cached) != _acronyms(asked):
+        return "entities"
+    if code_identifiers(cached) != code_identifiers(asked):
+        return "code"
+    if reordered(cached, asked) or sorted(canonical_tokens(cached)) == sorted(
+        canonical_tokens(asked)
+    ):
+        return "reordered"
+    return None
+
+
+def rule_verdict(cached: str, asked: str) -> tuple[Verdict, str | None]:
+    """``(verdict, veto reason)``; the reason is set only for ``different``."""
+    # Surrounding whitespace is no difference (and would hide a sentence start from the
+    # proper-name check: " Which city..." would read "Which" as a name).
+    cached, asked = cached.strip(), asked.strip()
+    if same_question(cached, asked):
+        return "same", None
+    reason = vetoed(cached, asked)
+    if reason is not None:
+        return "different", reason
+    return "undecided", None
