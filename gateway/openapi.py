@@ -22,11 +22,13 @@ from gateway.wire.chat import ChatCompletionRequest
 from gateway.wire.completions import CompletionRequest
 from gateway.wire.embeddings import EmbeddingRequest
 from gateway.wire.errors import ErrorResponse
+from gateway.wire.feedback import FeedbackRequest
 
 BODY_MODELS: tuple[type[BaseModel], ...] = (
     ChatCompletionRequest,
     CompletionRequest,
     EmbeddingRequest,
+    FeedbackRequest,
     BudgetUpdate,
     KeyCreate,
     KeyUpdate,

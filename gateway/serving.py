@@ -63,6 +63,8 @@ class Execution:
         self._settling: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._recorder: Recorder | None = None
+        # routing.feedback: a sampled request collects its answer for the judge
+        self._tap = state.feedback.tap(routed) if state.feedback is not None else None
 
     @property
     def model(self) -> str:
@@ -179,6 +181,8 @@ class Execution:
         self._primed(stream, await anext(stream))
 
     def _count(self, chunk: Chunk) -> None:
+        if self._tap is not None:
+            self._tap.add(chunk.text)
         if chunk.text or chunk.tool_calls:
             progress = self.progress
             progress.streamed_chunks += 1
@@ -281,6 +285,9 @@ class Execution:
         outcome = self._end("cancelled")
         if self._heartbeat is not None:
             self._heartbeat.cancel()
+        if self._settling is None and self.state.feedback is not None:
+            # Once per request: its record, and its shadow pair when sampled (both off the path).
+            self.state.feedback.finished(self.routed, outcome, self._tap)
         if self._settling is None:
             self._settling = budgeting.settle_later(self.state, self.routed, self.ticket, outcome)
         if self._settling is not None:

@@ -10,6 +10,7 @@ from starlette.requests import Request
 
 from backends.pool import EnginePool, Replica
 from gateway.cache.service import PromptCache
+from gateway.feedback.service import Feedback
 from gateway.metrics import GatewayMetrics
 from gateway.target_share import TargetShares
 from gateway.throttle import GuessThrottle
@@ -55,6 +56,7 @@ class GatewayState:
     config_source: Callable[[], GatewayConfig] | None = None  # re-read on policy reload
     shares: TargetShares | None = None  # ``routing.target_share``: thresholds from traffic
     admin_guesses: GuessThrottle = field(default_factory=lambda: GuessThrottle(5, 50))
+    feedback: Feedback | None = None  # ``routing.feedback``: shadows, verdicts, refits
 
 
 def get_state(request: Request) -> GatewayState:

@@ -30,12 +30,12 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
-# KEYS: records expiry verdicts; ARGV: ttl_ms max_records (request id, record)...
+# KEYS: records expiry verdicts; ARGV: ttl_ms max_records purge (request id, record)...
 PUT_RECORDS = (
     _NOW
     + """
-local ttl, most = tonumber(ARGV[1]), tonumber(ARGV[2])
-for i = 3, #ARGV, 2 do
+local ttl, most, purge = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+for i = 4, #ARGV, 2 do
   redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
   redis.call('HDEL', KEYS[3], ARGV[i])
   redis.call('ZADD', KEYS[2], now + ttl, ARGV[i])
@@ -47,12 +47,11 @@ local function drop(ids)
     redis.call('ZREM', KEYS[2], rid)
   end
 end
-drop(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, %d))
-local excess = math.min(redis.call('ZCARD', KEYS[2]) - most, %d)
+drop(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, purge))
+local excess = math.min(redis.call('ZCARD', KEYS[2]) - most, purge)
 if excess > 0 then drop(redis.call('ZRANGE', KEYS[2], 0, excess - 1)) end
 return 1
 """
-    % (PURGE, PURGE)
 )
 
 # KEYS: records expiry; ARGV: request id
@@ -134,7 +133,7 @@ class RedisFeedbackStore:
     ) -> None:
         if not records:
             return
-        args: list[str | bytes | int] = [max(int(ttl_s * 1000), 1), max_records]
+        args: list[str | bytes | int] = [max(int(ttl_s * 1000), 1), max_records, PURGE]
         for record in records:
             args += [record.request_id, record.encode()]
         keys = [self.records_key, self.expiry_key, self.verdicts_key]
@@ -173,6 +172,9 @@ class RedisFeedbackStore:
     async def label_counts(self) -> dict[str, int]:
         raw = await self.store.hgetall(self.counts_key)
         return {k: int(v) for k, v in raw.items()}
+
+    async def kept_labels(self) -> int:
+        return int(await self.store.call("feedback xlen", self.store.client.xlen, self.labels_key))
 
     async def add_refit(self, entry: RefitEntry, model: bytes | None, keep: int) -> RefitEntry:
         args: list[str | bytes | int] = [entry.decision, model or b"", keep, entry.encode()]

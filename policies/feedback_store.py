@@ -107,6 +107,7 @@ class RefitEntry:
     metrics: dict[str, float]  # hold-out log-loss / accuracy / cost of base, serving, refit
     version: int = 0  # the serving version after this entry (set by the store)
     by: str = ""  # the replica (or CLI) that ran it
+    labels_seen: int = 0  # labels ever added when it ran (the next refit waits for more)
 
     def encode(self) -> bytes:
         return orjson.dumps(asdict(self))
@@ -142,6 +143,10 @@ class FeedbackStore(Protocol):
 
     async def label_counts(self) -> dict[str, int]:
         """Labels ever added, by ``source:tier:good|bad``."""
+        ...
+
+    async def kept_labels(self) -> int:
+        """How many labels the store holds now."""
         ...
 
     async def add_refit(self, entry: RefitEntry, model: bytes | None, keep: int) -> RefitEntry:
@@ -226,6 +231,9 @@ class MemoryFeedbackStore:
 
     async def label_counts(self) -> dict[str, int]:
         return dict(self._counts)
+
+    async def kept_labels(self) -> int:
+        return len(self._labels)
 
     async def add_refit(self, entry: RefitEntry, model: bytes | None, keep: int) -> RefitEntry:
         if entry.decision == "accepted":

@@ -91,6 +91,7 @@ async def test_labels_in_time_order_bounded_by_count_and_age(store: FeedbackStor
     labels = await store.labels()
     assert [x.request_id for x in labels] == [f"r{i}" for i in range(2, 12)]
     assert labels[-1] == label("r11", now)  # every field, the vector included
+    assert await store.kept_labels() == 10
     counts = await store.label_counts()
     assert counts == {"judge:small:good": 8, "judge:small:bad": 4}  # ever added, not kept
     assert parse_count_key("client:my:tier:bad") == {
