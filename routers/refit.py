@@ -155,7 +155,7 @@ class RefittedQuality:
 @dataclass(frozen=True, slots=True)
 class RefitOptions:
     directions: int = 8
-    ridge: float = 30.0
+    ridge: float = 100.0
     holdout: float = 0.25
     margin: float = 0.0
 

@@ -5,8 +5,10 @@
 * ``ModelJudge``: a configured tier (or a pinned model) answers the written rubric
   (``routers/rubrics/judge.md``) at the operator's expense; its reply is parsed by
   ``routers.judge_prompt.parse_verdict``, and a reply without one clear verdict gives none.
-* ``KnownLabelsJudge``: for replaying labelled data through the gateway, it reveals the
-  known per-tier correctness of each request it has a row for (``judge.labels``).
+* ``KnownLabelsJudge``: for replaying labelled data through the gateway, it gives the
+  verdict the rubric asks for from the known per-tier correctness of each request it has a
+  row for (``judge.labels``): the cheaper answer is acceptable when it is at least as
+  correct as the reference (both right, both wrong, or only the cheaper one right).
 """
 
 from __future__ import annotations
@@ -88,8 +90,9 @@ def text_key(text: str) -> str:
 
 class KnownLabelsJudge:
     """Rows of ``{"prompt": str, "tiers": {tier: correctness 0..1}}``, one a line; a
-    request whose last user text is a row's prompt gets that row's label of the cheaper
-    tier (acceptable from 0.5); any other request, none."""
+    request whose last user text is a row's prompt gets the rubric's verdict on the cheaper
+    tier: acceptable when its correctness is at least the reference's (without the
+    reference's, when it is at least 0.5); any other request, none."""
 
     def __init__(self, known: Mapping[str, Mapping[str, float]]) -> None:
         self.known = dict(known)
@@ -119,7 +122,8 @@ class KnownLabelsJudge:
         if row is None or case.cheaper.tier not in row:
             self.unknown += 1
             return None
-        return Verdict(row[case.cheaper.tier] >= 0.5, "known label")
+        mine, theirs = row[case.cheaper.tier], row.get(case.reference.tier)
+        return Verdict(mine >= 0.5 if theirs is None else mine >= theirs, "known label")
 
 
 def build_judge(spec: JudgeSpec, desk: OperatorDesk) -> Judge:
