@@ -67,17 +67,16 @@ def test_the_reason_is_kept_and_the_prompt_carries_the_rubric() -> None:
 
 
 def judge_config(upstream: str) -> dict[str, Any]:
-    """small: the fake engine; large: two models behind the ``openai`` backend, one of which
-    judges (``judge.model``: the request is pinned to it)."""
+    """small: the fake engine; large: four models behind the ``openai`` backend, each with
+    a fixed reply; ``judge.model`` names the one that judges (its request is pinned to it)."""
     config = fake_config()
     up = {"api_base": upstream, "api_key": "unused"}
-    config["engines"] = {
-        "fake-small": config["engines"]["fake-small"],
-        "judge-no": {"backend": "openai", "model": "judge-no", "options": {**up, "upstream_model": "says-no"}},
-        "judge-yes": {"backend": "openai", "model": "judge-yes", "options": {**up, "upstream_model": "says-yes"}},
-        "judge-babble": {"backend": "openai", "model": "judge-babble", "options": {**up, "upstream_model": "babbles"}},
-        "judge-hedge": {"backend": "openai", "model": "judge-hedge", "options": {**up, "upstream_model": "hedges"}},
-    }  # fmt: skip
+    replies = {"judge-no": "says-no", "judge-yes": "says-yes"}
+    replies |= {"judge-babble": "babbles", "judge-hedge": "hedges"}
+    config["engines"] = {"fake-small": config["engines"]["fake-small"]}
+    for name, upstream_model in replies.items():
+        options = {**up, "upstream_model": upstream_model}
+        config["engines"][name] = {"backend": "openai", "model": name, "options": options}
     config["tiers"] = {
         "small": {"engines": ["fake-small"]},
         "large": {"engines": ["judge-no", "judge-yes", "judge-babble", "judge-hedge"]},
