@@ -74,12 +74,13 @@ def label_set(labels: Sequence[Label], tiers: Sequence[str]) -> LabelSet:
     usable = [
         x for x in labels if x.vector is not None and x.features is not None and x.tier in tiers
     ]
-    dim = len(usable[0].vector) // 2 if usable and usable[0].vector else 0
+    if not usable:
+        nothing = np.zeros(0)
+        empty = np.zeros((0, 0), np.float32)
+        return LabelSet(empty, empty, np.zeros(0, np.intp), nothing, nothing, nothing)
     return LabelSet(
-        np.stack([np.frombuffer(x.vector or b"", np.float16) for x in usable]).astype(np.float32)
-        if usable
-        else np.zeros((0, dim), np.float32),
-        np.asarray([x.features for x in usable], np.float32).reshape(len(usable), -1),
+        np.stack([np.frombuffer(x.vector or b"", np.float16) for x in usable]).astype(np.float32),
+        np.asarray([x.features for x in usable], np.float32),
         np.asarray([list(tiers).index(x.tier) for x in usable], np.intp),
         np.asarray([float(x.acceptable) for x in usable]),
         np.asarray([x.cost_usd for x in usable]),
