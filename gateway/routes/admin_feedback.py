@@ -62,6 +62,7 @@ async def feedback_overview(state: AdminDep) -> Response:
         {
             "enabled": True,
             "sample": spec.sample,
+            "tiers": list(state.config.tiers),
             "judge": {"tier": judge.tier, "model": judge.model, "labels": judge.labels},
             "labels": {
                 "kept": kept,
