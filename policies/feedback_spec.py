@@ -70,7 +70,8 @@ class FeedbackConfig(Frozen):
     # The per-request record POST /v1/feedback needs: kept this long, at most this many.
     record_ttl_s: float = Field(86_400.0, gt=0, le=30 * 86_400)
     max_records: int = Field(100_000, ge=100)
-    record_flush_s: float = Field(0.2, gt=0, le=10)  # records are written in batches
+    # Records are written in batches this often (one store call each: ~0.2 ms of client CPU)
+    record_flush_s: float = Field(1.0, gt=0, le=10)
     max_labels: int = Field(20_000, ge=100)  # the newest labels kept ...
     label_ttl_days: float = Field(30.0, gt=0, le=3660)  # ... and none older than this
     refit: RefitSpec = RefitSpec()

@@ -58,8 +58,9 @@ def routing_inputs(view: RoutedView) -> tuple[bytes | None, tuple[float, ...] | 
     """The embedding (if a stage computed it) and the text features (if classified)."""
     vector = view.embedding.computed if view.embedding is not None else None
     features = None
-    if view.complexity is not None:
-        features = tuple(float(view.complexity.features[name]) for name in FEATURES)
+    if view.complexity is not None:  # its mapping is built in FEATURES order
+        features = tuple(view.complexity.features.values())
+        assert len(features) == len(FEATURES)
     return (None if vector is None else vector.astype(np.float16).tobytes()), features
 
 
