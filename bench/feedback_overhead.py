@@ -97,7 +97,8 @@ def main() -> int:
 
 
 def _spread(values: list[float], digits: int = 3) -> str:
-    return f"{statistics.median(values):.{digits}f} [{min(values):.{digits}f}-{max(values):.{digits}f}]"
+    low, mid, high = min(values), statistics.median(values), max(values)
+    return f"{mid:.{digits}f} [{low:.{digits}f}-{high:.{digits}f}]"
 
 
 def report(rows: dict[str, list[dict[str, float]]], args: argparse.Namespace) -> None:

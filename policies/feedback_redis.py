@@ -145,7 +145,8 @@ class RedisFeedbackStore:
         for record in records:
             rid, blob = record.request_id.encode(), record.encode()
             parts += [_LENGTH.pack(len(rid)), rid, _LENGTH.pack(len(blob)), blob]
-        args = [max(int(ttl_s * 1000), 1), max_records, PURGE, b"".join(parts)]
+        args: list[str | bytes | int] = [max(int(ttl_s * 1000), 1), max_records, PURGE]
+        args.append(b"".join(parts))
         keys = [self.records_key, self.expiry_key, self.verdicts_key]
         await self._put("feedback records", keys, args)
 
