@@ -43,7 +43,9 @@ class Samples:
 class _Exchange(asyncio.Protocol):
     """One keep-alive connection; ``request`` sends the prebuilt bytes and awaits the end."""
 
-    def __init__(self) -> None:
+    def __init__(self, end: bytes = b"data: [DONE]\n\n") -> None:
+        self.end = end  # what a complete stream carries (chat's [DONE], Responses' completed)
+        self.ended = False
         self.parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
         self.done: asyncio.Future[None] | None = None
@@ -87,7 +89,9 @@ class _Exchange(asyncio.Protocol):
         elif now - self.last_body > self.max_gap:
             self.max_gap = now - self.last_body
         self.last_body = now
-        self.tail = (self.tail + body)[-32:]
+        window = self.tail + body
+        self.ended = self.ended or self.end in window
+        self.tail = window[-32:]
         if b"@" in body:
             seen = time.monotonic()
             for match in STAMP.finditer(body):
@@ -105,7 +109,7 @@ class _Exchange(asyncio.Protocol):
         assert self.transport is not None
         self.first_body = self.last_body = self.max_gap = self.max_excess = 0.0
         self.prev_sent = self.prev_seen = 0.0
-        self.tail, self.status, self.timing = b"", 0, b""
+        self.tail, self.status, self.timing, self.ended = b"", 0, b"", False
         self.done = asyncio.get_running_loop().create_future()
         self.transport.write(payload)
         await asyncio.wait_for(self.done, TIMEOUT_S)
@@ -128,10 +132,11 @@ def build_request(spec: dict[str, Any], n: int | None = None) -> bytes:
             words.append(VOCABULARY[k % len(VOCABULARY)])
             k //= len(VOCABULARY)
             k += n * 40503
-        messages = list(payload["messages"])
+        key = "messages" if "messages" in payload else "input"  # chat, or Responses
+        messages = list(payload[key])
         last = messages[-1]
         messages[-1] = {**last, "content": f"{last['content']} Topic {n}: {' '.join(words)}."}
-        payload = {**payload, "messages": messages}
+        payload = {**payload, key: messages}
     body = json.dumps(payload).encode()
     headers = [
         f"POST {spec['path']} HTTP/1.1",
@@ -167,7 +172,10 @@ class Runner:
 
     async def connect(self) -> _Exchange:
         loop = asyncio.get_running_loop()
-        _, exchange = await loop.create_connection(_Exchange, self.spec["host"], self.spec["port"])
+        end = str(self.spec.get("stream_end", "data: [DONE]\n\n")).encode()
+        _, exchange = await loop.create_connection(
+            lambda: _Exchange(end), self.spec["host"], self.spec["port"]
+        )
         self.open_connections += 1
         return exchange
 
@@ -190,8 +198,8 @@ class Runner:
         s = self.samples
         if exchange.status != 200:
             s.fail(f"http {exchange.status}")
-        elif self.stream and not exchange.tail.endswith(b"data: [DONE]\n\n"):
-            s.fail("stream without [DONE]")
+        elif self.stream and not exchange.ended:
+            s.fail("stream without its end")
         else:
             s.ok += 1
             s.latency.append(end - started)

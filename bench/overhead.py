@@ -2,20 +2,19 @@
 
     python -m bench.overhead            # full run (about 12 minutes on 2 cores)
     python -m bench.overhead --quick    # a smoke run (about 4 minutes)
+    python -m bench.overhead --quick --wire-only --rounds 5   # each wire format next to chat
 
 Starts a local OpenAI-compatible upstream (0 ms and 20 ms answers, streaming and not),
 tiergate passing requests straight to it, LiteLLM proxy configured the same way (own
 virtual environment, ``bench/.venv-litellm``), and tiergate with the full pipeline.
 Each gateway is pinned to the same core; the load generator runs in its own process
-pinned to the other core. Closed-loop phases run in rounds that interleave the
-targets, so background noise hits all of them alike; the table gives the median over
-rounds and the range. Then an open-loop request-rate ramp finds the sustained
-requests/s (< 1% errors, >= 97% of the offered rate served, p99 under 500 ms).
-
-The full pipeline's table also gives the CPU milliseconds per request of every process
-a request passes through (gateway, its embedder workers, load generator, upstream, and
-the pipeline's Redis: a private redis-server unless ``--redis-url`` names one), and the
-ceiling they set on this host: 1000 x cores / (their sum) requests/s.
+pinned to the other core. Closed-loop phases run in rounds that interleave the targets,
+so background noise hits all of them alike; the table gives the median over rounds and
+the range. Then an open-loop request-rate ramp finds the sustained requests/s (< 1%
+errors, >= 97% of the offered rate served, p99 under 500 ms). The full pipeline's table
+also gives the CPU milliseconds per request of every process a request passes through
+(gateway, embedder workers, load generator, upstream, the pipeline's Redis: a private
+redis-server unless ``--redis-url`` names one) and their ceiling: 1000 x cores / sum.
 """
 
 from __future__ import annotations
@@ -37,6 +36,7 @@ import yaml
 
 from bench import report, targets
 from bench.targets import Process
+from bench.wire_formats import WIRE_FORMATS, wire_phases
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,7 @@ class Phase:
     model: str
     stream: bool
     concurrency: int
+    api: str = "chat"  # the wire format: a key of bench.wire_formats.WIRE_FORMATS
 
 
 PHASES = (
@@ -91,13 +92,16 @@ class Bench:
     ) -> dict[str, Any]:
         host_port = target.base_url.removeprefix("http://")
         host, _, port = host_port.partition(":")
-        body: dict[str, Any] = {"model": model or phase.model, "messages": MESSAGES}
+        wire = WIRE_FORMATS[phase.api]
+        body: dict[str, Any] = {"model": model or phase.model, wire.prompt_key: MESSAGES}
+        body.update(wire.extra)
         if phase.stream:
             body["stream"] = True
         spec = {
             "host": host,
             "port": int(port),
-            "path": "/v1/chat/completions",
+            "path": wire.path,
+            "stream_end": wire.stream_end,
             "body": body,
             "api_key": api_key or targets.TENANT_KEY,
             "concurrency": phase.concurrency,
@@ -269,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="1 round, short phases")
+    parser.add_argument("--wire-only", action="store_true", help="only the wire-format table")
+    parser.add_argument("--rounds", type=int, default=None, help="override the rounds")
     parser.add_argument("--gateway-core", type=int, default=0)
     parser.add_argument("--client-core", type=int, default=1)
     parser.add_argument("--no-litellm", action="store_true", help="skip LiteLLM (no ratios)")
@@ -293,7 +299,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logs", type=Path, default=Path("/tmp/tiergate-bench"))
     parser.add_argument("--json", type=Path, default=None, help="write all results here")
     args = parser.parse_args(argv)
-    args.rounds, args.duration, args.warmup = (1, 2.0, 0.5) if args.quick else (3, 3.0, 0.5)
+    args.rounds, args.duration, args.warmup = (
+        (args.rounds or 1, 2.0, 0.5) if args.quick else (args.rounds or 3, 3.0, 0.5)
+    )
+    if args.wire_only:  # tiergate's passthrough alone, chat next to every other format
+        args.no_litellm = args.no_pipeline = True
     args.ramp_step, args.ramp_start, args.ramp_max = (
         (2.0, 5.0, 6000.0) if args.quick else (4.0, 5.0, 8000.0)
     )
@@ -334,8 +344,11 @@ def main(argv: list[str] | None = None) -> int:
         bench.processes = processes
         main_targets = {k: v for k, v in processes.items() if k != "tiergate-pipeline"}
         bench.warm(processes)
-        bench.rounds(main_targets, PHASES)
+        if not args.wire_only:
+            bench.rounds(main_targets, PHASES)
+        bench.rounds({"tiergate": processes["tiergate"]}, wire_phases(Phase))
         pipeline = processes.get("tiergate-pipeline")
+        ramps: dict[str, Any] = {}
         if pipeline is not None:
             trio = {
                 "direct": processes["direct"],
@@ -346,13 +359,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.embedder_core is not None:
                 targets.pin_children(pipeline, EMBED_WORKER, args.embedder_core)
             bench.rounds(trio, PIPELINE_PHASES, models={"tiergate-pipeline": "auto"})
-        ramps = {
-            name: bench.ramp(
-                p, statistics.median(r["throughput"] for r in bench.results[name]["0ms c64"])
-            )
-            for name, p in processes.items()
-            if name in ("tiergate", "litellm")
-        }
+        for name, p in processes.items():
+            if name in ("tiergate", "litellm") and not args.wire_only:
+                c64 = statistics.median(r["throughput"] for r in bench.results[name]["0ms c64"])
+                ramps[name] = bench.ramp(p, c64)
         memory = {name: p.peak_rss_mb() for name, p in processes.items()}
     finally:
         for process in processes.values():
@@ -365,7 +375,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"removed {dropped} Redis keys under {targets.pipeline_prefix()}*", flush=True)
         folder.cleanup()
     elapsed = time.monotonic() - started
-    table = report.render(bench.results, ramps, memory, args, elapsed, pipeline_note)
+    table = (
+        report.wire_table(bench.results)
+        if args.wire_only
+        else report.render(bench.results, ramps, memory, args, elapsed, pipeline_note)
+    )
     print(table)
     if args.json is not None:
         args.json.write_text(

@@ -187,7 +187,29 @@ def render(
     out.append("machine: " + machine())
     out.append("")
     out.append(pipeline_table(runs, pipeline_note))
+    out.append("")
+    out.append(wire_table(runs))
     return "\n".join(out)
+
+
+def wire_table(runs: Runs) -> str:
+    """tiergate's passthrough CPU per request in each wire format, next to chat's in the
+    same rounds (phases ``API KIND c16`` of bench/overhead.py's WIRE_PHASES)."""
+    mine = runs.get("tiergate", {})
+    apis = sorted({name.split()[0] for name in mine if name.endswith(" c16") and " " in name})
+    apis = [a for a in apis if a != "chat" and f"{a} 0ms c16" in mine]
+    if "chat 0ms c16" not in mine or not apis:
+        return "wire formats: not measured"
+    rows: list[list[str]] = []
+    for kind in ("0ms", "stream"):
+        chat = _values(runs, "tiergate", f"chat {kind} c16", "cpu_ms_per_req")
+        rows.append([f"chat, {kind} c16", _fmt(_stat(chat), 3), "1.00x"])
+        for api in apis:
+            other = _values(runs, "tiergate", f"{api} {kind} c16", "cpu_ms_per_req")
+            ratios = [o / c for o, c in zip(other, chat, strict=False) if c > 0]
+            rows.append([f"{api}, {kind} c16", _fmt(_stat(other), 3), _fmt(_stat(ratios), 2)])
+    header = ["tiergate passthrough", "CPU ms per request", "vs chat, per round"]
+    return "wire formats (medians [range] over rounds):\n" + _table(header, rows)
 
 
 def pipeline_table(runs: Runs, note: str | None) -> str:

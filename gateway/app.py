@@ -28,11 +28,13 @@ from gateway.cache.build import close_cache, open_cache
 from gateway.cluster import join_cluster
 from gateway.error_boundary import install_error_handling
 from gateway.feedback.build import open_feedback
+from gateway.hold import Money
 from gateway.http import GatewayRoute
 from gateway.metrics import GatewayMetrics
 from gateway.openapi import ADMIN_ERRORS, GatewayApp
 from gateway.reload import install_sighup, remove_sighup
 from gateway.reload_bus import reload_and_publish
+from gateway.responses_store import ResponseStore
 from gateway.routes import (
     admin_audit,
     admin_budgets,
@@ -49,7 +51,10 @@ from gateway.routes import (
     load,
     metrics,
     models,
+    responses,
 )
+from gateway.routing import Router
+from gateway.serving import Collaborators, ServingCore
 from gateway.state import GatewayState
 from gateway.target_share import TargetShares
 from gateway.throttle import GuessThrottle
@@ -130,6 +135,7 @@ async def build_state(
         keys=keys,
         audit=open_audit(store),
         journal=journal,
+        responses=ResponseStore(store),
         cache=cache,
         embedder=embedder or shared,  # one embedder: the cache and the classifier share it
         classifier=routing.classifier if routing is not None else None,
@@ -143,7 +149,31 @@ async def build_state(
     state.feedback = await open_feedback(
         config, store, pools, budgets, journal, state.classifier, notes
     )
+    state.core = serving_core(state)
     return state
+
+
+def serving_core(state: GatewayState) -> ServingCore:
+    """The serving core over the state's collaborators and its config (at startup; a
+    policy reload keeps the collaborators and swaps the config)."""
+    money = Money(state.budgets, state.limiter, state.journal, state.ledger, state.background)
+    router = Router(
+        state.classifier, state.embedder, state.shares, state.replicas, state.background
+    )
+    parts = Collaborators(
+        pools=state.pools,
+        replicas=state.replicas,
+        router=router,
+        money=money,
+        cache=state.cache,
+        metrics=state.metrics,
+        store=state.store,
+        served_embedder=state.served_embedder,
+        readiness=state.readiness,
+        responses=state.responses,
+        feedback=state.feedback,
+    )
+    return ServingCore(state.config, parts)
 
 
 def journal_dir(config: GatewayConfig, store: Store) -> Path | None:
@@ -276,7 +306,7 @@ def create_app(
         loops = [asyncio.create_task(poll_keys(state)), asyncio.create_task(replay_journal(state))]
         if state.feedback is not None:  # records, the serving model, refits
             loops.append(asyncio.create_task(state.feedback.run(lambda: state.config)))
-        state.ready = True
+        state.readiness.ready = True
         # Long-lived startup objects leave the GC's young generations: shorter pauses later.
         gc.collect()
         gc.freeze()
@@ -287,7 +317,7 @@ def create_app(
             yield
         finally:
             gc.set_threshold(*thresholds)
-            state.ready = False
+            state.readiness.ready = False
             for loop_task in loops:
                 loop_task.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
@@ -309,6 +339,8 @@ def create_app(
     for router in (
         chat.router,
         completions.router,
+        responses.router,
+        responses.stored,
         embeddings.router,
         models.router,
         explain.router,

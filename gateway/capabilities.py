@@ -6,13 +6,15 @@ request to a permitted tier that can serve it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from backends.base import FEATURES, GenerationRequest, requested_features
 from backends.messages import content_modalities
+from backends.pool import Replica
 from gateway.errors import InvalidRequest
 from gateway.part_pricing import priceable
-from gateway.state import GatewayState
+from policies.schema import GatewayConfig
 from policies.tenants import Principal
 from routers.decision import TierDecision, permitted_tiers
 
@@ -24,18 +26,22 @@ class TierSupport:
     priced: frozenset[str]  # the non-text modalities a reservation can price
 
 
-def tier_support(state: GatewayState, tier: str) -> TierSupport:
-    """What every engine of the tier honours (any replica may serve the request)."""
+Replicas = Mapping[str, Sequence[Replica]]
+
+
+def tier_support(config: GatewayConfig, replicas: Replicas, tier: str) -> TierSupport:
+    """What every engine of the tier honours (any replica may serve the request), by the
+    request's config snapshot: its prices and part rules, never a later policy's."""
     features: frozenset[str] | None = None
     modalities: frozenset[str] | None = None
     priced: frozenset[str] | None = None
-    for name in state.config.tiers[tier].engines:
-        spec = state.config.engines[name]
+    for name in config.tiers[tier].engines:
+        spec = config.engines[name]
         found = frozenset(spec.modalities) | {"text"}
         modalities = found if modalities is None else modalities & found
-        rules = priceable(state.config, spec.model)
+        rules = priceable(config, spec.model)
         priced = rules if priced is None else priced & rules
-        for replica in state.replicas.get(name, ()):
+        for replica in replicas.get(name, ()):
             declared = replica.engine.capabilities
             features = declared if features is None else features & declared
     # No replica yet (endpoints still being discovered): nothing to refuse on; the pool
@@ -80,7 +86,8 @@ def demands(request: GenerationRequest) -> bool:
 
 
 def fit_tier(
-    state: GatewayState,
+    config: GatewayConfig,
+    replicas: Replicas,
     principal: Principal,
     decision: TierDecision,
     request: GenerationRequest,
@@ -88,15 +95,15 @@ def fit_tier(
     """The decision, moved (``auto`` only) to a tier able to serve the request; else 400."""
     if not demands(request):
         return decision
-    problem = shortfall(tier_support(state, decision.tier), request)
+    problem = shortfall(tier_support(config, replicas, decision.tier), request)
     if problem is None:
         return decision
     if decision.movable:
-        order = permitted_tiers(state.config, principal.policy)
+        order = permitted_tiers(config, principal.policy)
         here = order.index(decision.tier) if decision.tier in order else 0
         # Larger tiers first (they tend to have more), then smaller ones.
         for tier in order[here + 1 :] + order[:here][::-1]:
-            if shortfall(tier_support(state, tier), request) is None:
+            if shortfall(tier_support(config, replicas, tier), request) is None:
                 note = f"tier {decision.tier} cannot serve {problem.param}: moved to {tier}"
                 return replace(decision, tier=tier, trail=(*decision.trail, note))
     raise problem

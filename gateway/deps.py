@@ -1,10 +1,12 @@
 """FastAPI dependencies: each route takes exactly one, which authenticates the caller and
-hands over the gateway state.
+hands over what the route may use: the serving core (the request's config snapshot and
+the collaborators), or, for the admin routes only, the whole gateway state. The tenant
+one, ``tenant_call``, is with the tenant-key check in ``gateway.http``.
 
-    async def list_models(call: TenantDep) -> Response: ...   # call.state, call.principal
+    async def list_models(call: TenantDep) -> Response: ...   # call.core, call.principal
     async def list_budgets(state: AdminDep) -> Response: ...
-    async def readyz(state: StateDep) -> Response: ...
-    async def metrics(state: ScraperDep) -> Response: ...
+    async def readyz(core: CoreDep) -> Response: ...
+    async def metrics(core: ScraperDep) -> Response: ...
 
 One dependency per route, not a tree of them: FastAPI resolves every node of the tree
 on every request (about 10-15 us each), and this is on every request's path. Each is
@@ -16,7 +18,6 @@ from __future__ import annotations
 
 import hmac
 import os
-from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -24,26 +25,16 @@ from fastapi import Depends, Request
 from gateway.admin.access import require_admin_access
 from gateway.admin_auth import require_admin
 from gateway.errors import InvalidApiKey
-from gateway.http import authenticate, bearer_key
+from gateway.http import TenantCall, bearer_key, tenant_call
+from gateway.serving import ServingCore
 from gateway.state import GatewayState
-from policies.tenants import Principal, hash_key
+from policies.schema import MetricsConfig
+from policies.tenants import hash_key
 
 
-@dataclass(frozen=True, slots=True)
-class TenantCall:
-    state: GatewayState
-    principal: Principal
-
-
-async def gateway_state(request: Request) -> GatewayState:
+async def serving_core(request: Request) -> ServingCore:
     state: GatewayState = request.app.state.tiergate
-    return state
-
-
-async def tenant_call(request: Request) -> TenantCall:
-    """The tenant behind the Bearer key (``state.keys`` decides)."""
-    state: GatewayState = request.app.state.tiergate
-    return TenantCall(state, await authenticate(state, bearer_key(request)))
+    return state.core
 
 
 async def admin_access(request: Request) -> GatewayState:
@@ -60,9 +51,8 @@ async def admin_key(request: Request) -> GatewayState:
     return state
 
 
-def metrics_digest(state: GatewayState) -> str | None:
+def metrics_digest(spec: MetricsConfig) -> str | None:
     """The scraper token's digest; None: ``/metrics`` is open."""
-    spec = state.config.metrics
     if spec.token_sha256 is not None:
         return spec.token_sha256
     if not spec.token_from_env:
@@ -72,22 +62,23 @@ def metrics_digest(state: GatewayState) -> str | None:
     return hash_key(raw) if raw else "unset"
 
 
-async def scraper(request: Request) -> GatewayState:
+async def scraper(request: Request) -> ServingCore:
     """The metrics token as a Bearer token, when ``metrics.token_*`` configures one."""
     state: GatewayState = request.app.state.tiergate
-    expected = metrics_digest(state)
+    core = state.core
+    expected = metrics_digest(core.config.metrics)
     if expected is not None:
         given = hash_key((bearer_key(request) or "").strip())
         if not hmac.compare_digest(expected, given):
             raise InvalidApiKey("/metrics needs 'Authorization: Bearer METRICS_TOKEN'")
-    return state
+    return core
 
 
-StateDep = Annotated[GatewayState, Depends(gateway_state)]
+CoreDep = Annotated[ServingCore, Depends(serving_core)]
 TenantDep = Annotated[TenantCall, Depends(tenant_call)]
 AdminDep = Annotated[GatewayState, Depends(admin_access)]
 AdminKeyDep = Annotated[GatewayState, Depends(admin_key)]
-ScraperDep = Annotated[GatewayState, Depends(scraper)]
+ScraperDep = Annotated[ServingCore, Depends(scraper)]
 
 # The OpenAPI security scheme each dependency checks (gateway.openapi declares them).
 SECURITY = {

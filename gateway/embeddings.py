@@ -1,37 +1,37 @@
 """One ``/v1/embeddings`` request: check, admit, embed, settle.
 
 The same lifecycle as a generation, minus routing: the key's model scope, then the rate
-limits and one budget reservation (``budgeting.admit_worst``; the worst case is the
-input tokens at the model's input price, there are no output tokens), then the vectors
+limits and one budget reservation (the request's ``Hold``; the worst case is the input
+tokens at the model's input price, there are no output tokens), then the vectors
 (the in-process MiniLM the classifier shares, or a remote engine), then one ``Outcome``
 from which the metrics, the trace and the ledger event are written, and the settlement.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from backends.base import EmbeddingEngine, Usage
 from backends.errors import EngineError
-from gateway import budgeting, observe
+from backends.pool import Replica
+from gateway import observe
 from gateway.errors import (
-    ApiError,
-    InsufficientQuota,
     InvalidRequest,
     ModelNotFound,
     PermissionDenied,
-    RateLimited,
     ServiceUnavailable,
     from_engine_error,
 )
+from gateway.hold import Hold, Money
+from gateway.metrics import GatewayMetrics
 from gateway.outcome import EMBEDDINGS, Outcome, embedding_outcome
 from gateway.routing import new_request_id
+from gateway.serving import ServingCore
 from gateway.spend import WorstCase, model_cost, text_upper_tokens
-from gateway.state import GatewayState
 from gateway.tracing import current_trace
 from gateway.wire.embeddings import EmbeddingRequest, embeddings_body
 from policies.embedding_spec import EmbeddingSpec
@@ -122,32 +122,22 @@ def _remote_upper(config: GatewayConfig, body: EmbeddingRequest) -> int:
 
 
 class EmbeddingRun:
-    """Admission, the vectors and settlement of one call; ``close`` always runs."""
+    """The vectors of one call behind its ``hold`` (admission, settlement)."""
 
-    def __init__(self, state: GatewayState, call: EmbeddingCall, prepared: Prepared) -> None:
-        self.state, self.call, self.prepared = state, call, prepared
-        self.ticket: budgeting.Ticket | None = None
+    def __init__(
+        self, call: EmbeddingCall, prepared: Prepared, money: Money, metrics: GatewayMetrics
+    ) -> None:
+        self.call, self.prepared, self.metrics = call, prepared, metrics
         self.outcome: Outcome | None = None
         self.started = time.perf_counter()
         self.trace = current_trace()
-        self._heartbeat: asyncio.Task[None] | None = None
-
-    async def admit(self) -> None:
-        call, tokens = self.call, self.prepared.prompt_tokens
+        tokens = prepared.prompt_tokens
         usd = model_cost(call.config, call.model, Usage(tokens, 0))
         worst = [WorstCase(EMBEDDINGS, usd, tokens, 0)]
-        try:
-            self.ticket = await budgeting.admit_worst(self.state, call, worst, tokens)
-        except RateLimited as exc:
-            self.end(Usage(0, 0), exc.code or "rate_limited", denied="rate_limit")
-            raise
-        except InsufficientQuota as exc:
-            self.end(Usage(0, 0), exc.code or "insufficient_quota", denied="budget")
-            raise
-        except ApiError as exc:  # the budget or rate-limit store is down (503)
-            self.end(Usage(0, 0), exc.code or "refused")
-            raise
-        self._heartbeat = budgeting.keep_alive(self.state, call.config, self.ticket)
+        self.hold = Hold(money, call.config, call, worst, tokens, self._ended)
+
+    def _ended(self, error: str | None, denied: str | None) -> Outcome:
+        return self.end(Usage(0, 0), error, denied)
 
     async def local(self, served: ServedEmbedder, body: EmbeddingRequest) -> dict[str, Any]:
         assert self.prepared.texts is not None
@@ -185,67 +175,58 @@ class EmbeddingRun:
                 config, model, usage, error=error, denied=denied, latency_s=latency_s
             )
             tenant, request_id = self.call.principal.tenant, self.call.request_id
-            observe.embedded(self.state.metrics, self.trace, tenant, request_id, self.outcome)
+            observe.embedded(self.metrics, self.trace, tenant, request_id, self.outcome)
         return self.outcome
 
-    async def close(self) -> None:
-        """Settle (a task of its own: a cancelled request still settles); never raises."""
-        outcome = self.end(Usage(0, 0), "cancelled")
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-        settling = budgeting.settle_later(self.state, self.call, self.ticket, outcome)
-        if settling is not None:
-            await asyncio.shield(settling)
 
-
-def _remote_engine(state: GatewayState, engine: str) -> EmbeddingEngine:
-    replicas = state.replicas.get(engine) or []
-    if not replicas:
+def _remote_engine(replicas: Mapping[str, Sequence[Replica]], engine: str) -> EmbeddingEngine:
+    found = replicas.get(engine) or []
+    if not found:
         raise ServiceUnavailable(f"no replica of {engine} is running", headers={"Retry-After": "2"})
-    chosen = min(replicas, key=lambda r: r.inflight).engine
+    chosen = min(found, key=lambda r: r.inflight).engine
     assert isinstance(chosen, EmbeddingEngine), "check-config allows only embedding backends"
     return chosen
 
 
-def _source(state: GatewayState, call: EmbeddingCall) -> ServedEmbedder | EmbeddingEngine:
+def _source(core: ServingCore, call: EmbeddingCall) -> ServedEmbedder | EmbeddingEngine:
     """The in-process embedder or the remote engine that serves ``call.model``."""
     if call.spec.engine is not None:
-        return _remote_engine(state, call.spec.engine)
-    if state.served_embedder is None:
+        return _remote_engine(core.parts.replicas, call.spec.engine)
+    served = core.parts.served_embedder
+    if served is None:
         raise ModelNotFound(
             f"The embedding model `{call.model}` is not loaded in this process "
             "(the classifier's embedder did not start; the gateway log says why).",
             param="model",
         )
-    return state.served_embedder
+    return served
 
 
 async def create_embeddings(
-    state: GatewayState, principal: Principal, config: GatewayConfig, body: EmbeddingRequest
+    core: ServingCore, principal: Principal, body: EmbeddingRequest
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """The response body and headers; raises an ``ApiError`` for every refusal."""
+    """The response body and headers on the request's core (its snapshot and
+    collaborators); raises an ``ApiError`` for every refusal."""
+    config = core.config
     call = _call(config, principal, body.model)
-    source = _source(state, call)
+    source = _source(core, call)
     if isinstance(source, ServedEmbedder):
         prepared = await _prepare_local(source, call.model, body)
     else:
         prepared = Prepared(None, _remote_upper(config, body))
-    run = EmbeddingRun(state, call, prepared)
-    try:
-        await run.admit()
+    run = EmbeddingRun(call, prepared, core.parts.money, core.parts.metrics)
+    async with run.hold:
         if isinstance(source, ServedEmbedder):
             payload = await run.local(source, body)
         else:
             payload = await run.remote(source, body)
-    finally:
-        await run.close()
-    assert run.outcome is not None and run.ticket is not None
+    assert run.outcome is not None and run.hold.ticket is not None
     headers = {
         "x-request-id": call.request_id,
         "x-tiergate-tier": EMBEDDINGS,
         "x-tiergate-model": call.model,
         "x-tiergate-cache": "bypass",
         "x-tiergate-cost-usd": f"{run.outcome.cost_usd:.8f}",
-        **dict(run.ticket.headers),
+        **dict(run.hold.headers),
     }
     return payload, headers

@@ -5,6 +5,7 @@ ApiError (status, type, code, param)
 ├── InvalidApiKey       401 invalid_api_key
 ├── PermissionDenied    403 permission_denied
 ├── ModelNotFound       404 model_not_found
+├── NotFound            404 (a stored response that is not there)
 ├── RequestTimeout      408 request_timeout (the body did not arrive in time)
 ├── PayloadTooLarge     413 request_too_large
 ├── RateLimited         429 rate_limit_exceeded / insufficient_quota
@@ -106,6 +107,11 @@ class ModelNotFound(ApiError):
     status = 404
     type = "invalid_request_error"
     code = "model_not_found"
+
+
+class NotFound(ApiError):
+    status = 404
+    type = "invalid_request_error"
 
 
 class RequestTimeout(ApiError):

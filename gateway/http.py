@@ -1,9 +1,11 @@
-"""Request plumbing every endpoint shares: bounded body reads and tenant-key auth."""
+"""Request plumbing every endpoint shares: bounded body reads and tenant-key auth (the
+``tenant_call`` dependency: the principal and the serving core the request runs on)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from fastapi.dependencies.models import Dependant
@@ -20,10 +22,12 @@ from gateway.errors import (
     RequestTimeout,
     ServiceUnavailable,
 )
+from gateway.serving import ServingCore
 from gateway.sse import wait_disconnect
 from gateway.state import GatewayState
 from gateway.timing import begin_request
 from gateway.tracing import AUTH, stage, traced
+from policies.key_directory import KeyDirectory
 from policies.store import StoreUnavailable
 from policies.tenants import Principal
 
@@ -121,7 +125,7 @@ class TracedRoute(GatewayRoute):
 
         async def timed(request: Request) -> Response:
             state: GatewayState = request.app.state.tiergate
-            begin_request(state.config.server.timing_header)
+            begin_request(state.core.config.server.timing_header)
             return await handler(request)
 
         return timed
@@ -161,9 +165,9 @@ def bearer_key(request: Request) -> str | None:
     return key if scheme.lower() == "bearer" else None
 
 
-async def authenticate(state: GatewayState, key: str | None) -> Principal:
-    """The tenant behind a Bearer key (the one place tenant keys are checked:
-    ``state.keys``, the config's keys and the API-managed ones)."""
+async def authenticate(keys: KeyDirectory, key: str | None) -> Principal:
+    """The tenant behind a Bearer key (the one place tenant keys are checked: the
+    directory of the config's keys and the API-managed ones)."""
     with stage(AUTH) as span:
         key = (key or "").strip()
         if not key:
@@ -171,13 +175,30 @@ async def authenticate(state: GatewayState, key: str | None) -> Principal:
                 "You didn't provide an API key (header 'Authorization: Bearer KEY')."
             )
         try:
-            principal = await state.keys.authenticate(key)
+            principal = await keys.authenticate(key)
         except StoreUnavailable:
             raise ServiceUnavailable("the key store is unreachable") from None
         if principal is None:
             raise InvalidApiKey("Incorrect API key provided.")
         span.set_attribute("tiergate.tenant", principal.tenant)
     return principal
+
+
+@dataclass(frozen=True, slots=True)
+class TenantCall:
+    core: ServingCore  # the request's snapshot, taken with its key lookup
+    principal: Principal
+
+
+async def tenant_call(request: Request) -> TenantCall:
+    """The tenant behind the Bearer key (``state.keys`` decides), and the core to run on.
+
+    The core is read right after the key resolved (a YAML key resolves without
+    suspending, so a policy reload lands wholly before or wholly after the pair): the
+    request runs by that one snapshot to its end."""
+    state: GatewayState = request.app.state.tiergate
+    principal = await authenticate(state.keys, bearer_key(request))
+    return TenantCall(state.core, principal)
 
 
 async def until_disconnect(request: Request, work: Awaitable[T]) -> T:

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 
 from backends.base import Usage
 from gateway.spend import model_cost, text_upper_tokens
+from policies.ledger import SpendEvent, now
 from policies.savings import routing_saving
 from policies.schema import GatewayConfig
+from policies.tenants import Principal
 
 
 @dataclass(slots=True)
@@ -70,6 +72,42 @@ class Outcome:
     first_token_s: float | None  # to the first text or tool call (the ledger's ttft)
     classify_s: float | None
     dispatched: bool
+
+    def ledger_event(self, request_id: str, principal: Principal, downgraded: bool) -> SpendEvent:
+        """The spend event the ledger keeps of this request."""
+        usage = self.usage
+        return SpendEvent(
+            ts=now(),
+            request_id=request_id,
+            tenant=principal.tenant,
+            key_id=principal.key_id,
+            tier=self.tier,
+            model=self.model,
+            status=self.status,
+            prompt_tokens=usage.prompt_tokens,
+            cached_tokens=usage.cached_tokens,
+            completion_tokens=usage.completion_tokens,
+            cost_usd=self.cost_usd,
+            saved_routing_usd=self.saved_routing_usd,
+            saved_cache_usd=self.saved_cache_usd,
+            cache=self.cache,
+            latency_ms=self.latency_s * 1000,
+            ttft_ms=(self.first_token_s or self.latency_s) * 1000,
+            downgraded=downgraded,
+        )
+
+    def denial_event(self, request_id: str, principal: Principal) -> SpendEvent:
+        """A refused request's event (``kind="denied"``, the reason as its status)."""
+        return SpendEvent(
+            ts=now(),
+            request_id=request_id,
+            tenant=principal.tenant,
+            key_id=principal.key_id,
+            tier=self.tier,
+            model=self.model,
+            kind="denied",
+            status=self.denied or "refused",
+        )
 
 
 def status_of(error: str | None) -> str:

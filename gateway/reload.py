@@ -1,11 +1,12 @@
 """Reload policies (tenants, keys, prices, routing thresholds) without a restart.
 
-The file is read and validated in full before anything changes; then the new config and
-key ring replace the old ones in one step on the event loop. A request takes its config
-snapshot with its key lookup (``gateway.respond``) and carries it to the end, so it runs
-wholly on the old policy or wholly on the new one, never a mix. What needs a restart
-(engines, tiers, the classifier) must stay the same, or the file is refused and the
-running policy kept.
+The file is read and validated in full before anything changes; then the new config, key
+ring and serving core (the same collaborators over the new snapshot:
+``ServingCore.reconfigured``) replace the old ones in one step on the event loop. A
+request takes its core with its key lookup (``gateway.http.tenant_call``) and carries it
+to the end, so it runs wholly on the old policy or wholly on the new one, never a mix.
+What needs a restart (engines, tiers, the classifier) must stay the same, or the file is
+refused and the running policy kept.
 Triggers: SIGHUP, and ``POST /admin/api/policies/reload``.
 """
 
@@ -73,8 +74,10 @@ def _prepare(state: GatewayState) -> tuple[GatewayConfig, KeyRing]:
 
 async def reload_policies(state: GatewayState) -> Reloaded:
     config, keyring = await asyncio.to_thread(_prepare, state)
-    # No await between these two lines: no request can see half of the change.
+    # No await between these lines: no request can see half of the change. A request
+    # holds the core it took with its key; the new core serves the ones that follow.
     state.config, state.keyring = config, keyring
+    state.core = state.core.reconfigured(config)
     state.keys.reconfigure(config, keyring)
     log.info("policies reloaded: %d tenants", len(config.tenants))
     return Reloaded(len(config.tenants), config.routing.thresholds)

@@ -1,91 +1,103 @@
-"""The generation endpoints' shared path: authenticate, parse, route, run, and turn the
-``Execution`` into an HTTP response (one JSON body, or an SSE stream)."""
+"""Serving a wire format over the core: read and parse the body, route it, run it, and
+turn the ``Run`` into an HTTP response (one JSON body, or an event stream).
+
+    async def chat_completions(request: Request, call: TenantDep) -> Response:
+        return await serve(request, call, CHAT)
+
+A format with steps of its own between parsing and routing (loading a stored
+conversation, say) calls ``call.core.route`` itself and then ``respond``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import replace
-from typing import Any, TypeVar
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from backends.base import Chunk, GenerationRequest, TokenLogprob
-from gateway.http import read_body, until_disconnect
-from gateway.routing import route
-from gateway.serving import Execution
-from gateway.sse import EventStreamResponse, sse
-from gateway.state import GatewayState
+from backends.base import Chunk, TokenLogprob
+from gateway.http import TenantCall, read_body, until_disconnect
+from gateway.routing import Ask
+from gateway.serving import Run
+from gateway.sse import Event, EventStreamResponse, Framing, sse
 from gateway.timing import lap
-from gateway.wire.common import SamplingFields, parse_body
-from policies.tenants import Principal
-
-BodyBuilder = Callable[[Execution, str, Chunk], dict[str, Any]]
-StreamBuilder = Callable[[Execution], AsyncIterator[dict[str, Any]]]
-Body = TypeVar("Body", bound=SamplingFields)
+from gateway.wire.format import Body, RunView, WireFormat
 
 
-async def generate(
-    request: Request,
-    state: GatewayState,
-    principal: Principal,
-    wire_model: type[Body],
-    to_generation: Callable[[Body], GenerationRequest],
-    whole: BodyBuilder,
-    streamed: StreamBuilder,
-) -> Response:
-    """What every generation endpoint does; only the wire shapes differ. The route's
-    dependency resolved ``state`` and authenticated ``principal`` (tracing stage "auth")."""
-    # The request's config snapshot, taken right after the key was looked up in the route's
-    # dependency (a YAML key resolves without suspending, so a policy reload lands wholly
-    # before or wholly after the pair): nothing later reads state.config.
-    config = state.config
-    raw = await read_body(request, config.server.max_body_bytes, config.server.header_timeout_s)
-    body = parse_body(wire_model, raw)
+async def serve(request: Request, call: TenantCall, wire: WireFormat[Body]) -> Response:
+    """What every generation endpoint does; only the wire format differs. The route's
+    dependency authenticated ``call.principal`` and took ``call.core``, the request's
+    config snapshot and collaborators (tracing stage "auth")."""
+    core = call.core
+    server = core.config.server
+    raw = await read_body(request, server.max_body_bytes, server.header_timeout_s)
+    body = wire.parse(raw)
     lap("parse")
-    routed = await route(
-        state,
-        principal,
+    ask = Ask(
+        call.principal,
         body.model,
-        to_generation(body),
+        wire.to_generation(body),
         stream=body.stream,
         include_usage=body.include_usage,
         cache_control=request.headers.get("cache-control"),
         forced_tier=request.headers.get("x-tiergate-tier"),
-        config=config,
-        exact_first=True,
     )
+    routed = await core.route(ask)
     lap("route")
-    return await respond(request, Execution(state, routed), whole, streamed)
+    return await respond(request, core.run(routed), wire)
 
 
 async def respond(
-    request: Request, run: Execution, whole: BodyBuilder, streamed: StreamBuilder
+    request: Request,
+    run: Run,
+    wire: WireFormat[Body],
+    headers: Iterable[tuple[str, str]] = (),
 ) -> Response:
+    """The run as the format's response; ``headers`` join the run's own."""
     if run.routed.stream:
-        try:
-            await run.open()
-        except BaseException:
-            await run.close()
-            raise
-        return EventStreamResponse(
-            # Settled before the error event or [DONE]: a client holding the whole answer
-            # has been charged (or journaled), even if this process dies the next moment.
-            # A client that left is settled by ``on_close``.
-            sse(streamed(run), run.routed.request_id, settle=run.close),
-            run.headers(),
-            on_close=run.close,
-            write_timeout_s=run.routed.config.server.write_timeout_s,
-        )
+        return await stream_response(run, wire.events, wire.framing, headers)
     try:
-        payload = await until_disconnect(request, _collect(run, whole))
+        text, final = await until_disconnect(request, collect(run))
     finally:
         await run.close()
-    return Response(payload, media_type="application/json", headers=run.headers())
+    payload = orjson.dumps(wire.whole(run, text, final))
+    return Response(payload, media_type="application/json", headers=_headers(run, headers))
 
 
-async def _collect(run: Execution, whole: BodyBuilder) -> bytes:
+async def stream_response(
+    run: Run,
+    events: Callable[[RunView, AsyncIterator[Chunk]], AsyncIterator[Event]],
+    framing: Framing,
+    headers: Iterable[tuple[str, str]] = (),
+) -> Response:
+    """Open the run (admission, the first chunk) and answer with its event stream."""
+    try:
+        await run.open()
+    except BaseException:
+        await run.close()
+        raise
+    return EventStreamResponse(
+        # Settled before the error event or the last bytes: a client holding the whole
+        # answer has been charged (or journaled), even if this process dies the next
+        # moment. A client that left is settled by ``on_close``.
+        sse(events(run, run.chunks()), run.request_id, settle=run.close, framing=framing),
+        _headers(run, headers),
+        on_close=run.close,
+        write_timeout_s=run.config.server.write_timeout_s,
+    )
+
+
+def _headers(run: Run, extra: Iterable[tuple[str, str]]) -> dict[str, str]:
+    headers = run.headers()
+    headers.update(extra)
+    return headers
+
+
+async def collect(run: Run) -> tuple[str, Chunk]:
+    """Open the run and drain it: its text, and its final chunk carrying every token's
+    log-probabilities (each chunk carried its own)."""
     await run.open()
     parts: list[str] = []
     logprobs: list[TokenLogprob] = []
@@ -96,6 +108,6 @@ async def _collect(run: Execution, whole: BodyBuilder) -> bytes:
         if chunk.finish_reason is not None:
             final = chunk
     assert final is not None, "an engine stream ends with a final chunk"
-    if logprobs:  # the body carries every token's entry; chunks carried their own
+    if logprobs:
         final = replace(final, logprobs=tuple(logprobs))
-    return orjson.dumps(whole(run, "".join(parts), final))
+    return "".join(parts), final

@@ -1,28 +1,33 @@
 """From a parsed request to a ``RoutedRequest``: the tier (classifying ``auto``), the
-cache plan and the request's one shared embedding. Nothing here runs a model.
+cache probe and the request's one shared embedding. Nothing here runs a model.
 
 The config is the snapshot the request took at admission; it travels in the
-``RoutedRequest`` and nothing after routing reads ``state.config``. The exact cache is
-looked up before classification (its key does not depend on the tier): a hit skips it.
+``RoutedRequest`` and nothing after routing reads another. The exact cache is looked
+up before classification (its key does not depend on the tier): a hit skips it.
+The call to the router is ``_tier``: the score (``_complexity``), the learned
+thresholds, then ``_decide``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from backends.base import GenerationRequest
-from gateway.cache.service import CachePlan, Lookup
+from backends.pool import Replica
+from gateway.cache.service import CacheProbe, PromptCache
 from gateway.capabilities import fit_tier
 from gateway.errors import InvalidRequest, ModelNotFound, PermissionDenied
-from gateway.state import GatewayState
+from gateway.target_share import TargetShares
 from gateway.timing import timed
 from policies.schema import GatewayConfig
 from policies.tenants import Principal
 from routers.batching import BatcherClosed, EmbeddingFailed
-from routers.classifier import ComplexityScore
+from routers.classifier import Classifier, ComplexityScore
 from routers.decision import (
     TierDecision,
     TierNotAllowed,
@@ -30,14 +35,41 @@ from routers.decision import (
     UnknownTier,
     decide,
 )
-from routers.embedding import EmbeddingOnce, last_user_text
+from routers.embedding import Embedder, EmbeddingOnce, last_user_text
 from routers.features import prompt_messages
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
+class Router:
+    """What routing uses, built once at startup."""
+
+    classifier: Classifier | None  # None: ``auto`` goes to the tenant's default tier
+    embedder: Embedder | None  # shared by the classifier and the semantic cache
+    shares: TargetShares | None  # ``routing.target_share``: thresholds from traffic
+    replicas: Mapping[str, Sequence[Replica]]  # what each tier's engines honour
+    background: set[asyncio.Task[None]]  # the share sketch's sync tasks
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """A request as a wire format hands it to the core: who asks, for which model, the
+    engine request, and how the answer is wanted."""
+
+    principal: Principal
+    requested_model: str
+    generation: GenerationRequest
+    stream: bool
+    include_usage: bool
+    cache_control: str | None = None  # the request's ``Cache-Control`` header
+    forced_tier: str | None = None  # the request's ``x-tiergate-tier`` header
+
+
+@dataclass(frozen=True, slots=True)
 class RoutedRequest:
+    """The request as routing left it; ``generation`` is the wire format's, unchanged."""
+
     config: GatewayConfig  # the snapshot taken at admission, for the whole request
     request_id: str
     created: int
@@ -47,11 +79,10 @@ class RoutedRequest:
     generation: GenerationRequest
     stream: bool
     include_usage: bool
-    cache: CachePlan | None = None
+    cache: CacheProbe | None = None  # None: the request bypasses the cache
     embedding: EmbeddingOnce | None = None  # one per request: cache and classifier share it
     complexity: ComplexityScore | None = None
     classify_s: float | None = None  # how long the classification took, when it ran
-    exact: Lookup | None = None  # the exact-cache lookup, when it was made before routing
 
     @property
     def tier(self) -> str:
@@ -64,100 +95,91 @@ def new_request_id(prefix: str) -> str:
 
 
 async def _complexity(
-    state: GatewayState, embedding: EmbeddingOnce | None, build: GenerationRequest
+    classifier: Classifier | None, embedding: EmbeddingOnce | None, build: GenerationRequest
 ) -> tuple[ComplexityScore | None, str | None]:
-    if state.classifier is None or embedding is None:
+    if classifier is None or embedding is None:
         return None, "no classifier loaded"
     messages = build.messages or prompt_messages(build.prompt or "")
     try:
-        return await state.classifier.classify(messages, embedding), None
+        return await classifier.classify(messages, embedding), None
     except (EmbeddingFailed, BatcherClosed) as exc:
         log.warning("classification failed, using the default tier: %s", exc)
         return None, f"classification failed: {exc}"
 
 
 async def route(
-    state: GatewayState,
-    principal: Principal,
-    requested_model: str,
-    build: GenerationRequest,
+    config: GatewayConfig,
+    router: Router,
+    cache: PromptCache | None,
+    ask: Ask,
     *,
-    stream: bool,
-    include_usage: bool,
-    cache_control: str | None = None,
-    forced_tier: str | None = None,
-    config: GatewayConfig | None = None,
-    exact_first: bool = False,
-    observe: bool = True,
+    explain: bool = False,
 ) -> RoutedRequest:
-    """The tier for this request; ``auto`` awaits the classifier (off the event loop).
-
-    ``config`` is the request's snapshot (``state.config`` read now when not given);
-    ``exact_first`` looks the exact cache up first, and a hit skips classification;
-    ``observe`` False: the score does not join the target-share sketch (``/v1/route``)."""
-    config = state.config if config is None else config
+    """The tier for this request on the ``config`` snapshot; ``auto`` awaits the
+    classifier (off the event loop). The exact cache is looked up first, and a hit skips
+    classification. ``explain`` (``/v1/route``): no lookup, and the score stays out of
+    the target-share sketch (an explanation is not traffic)."""
+    build = ask.generation
     embedding = None
-    if state.embedder is not None:
+    if router.embedder is not None:
         text = last_user_text(build.messages) if build.messages else (build.prompt or "")
-        embedding = EmbeddingOnce(state.embedder, text)
-    plan, exact = await _cache_first(
-        state, principal, requested_model, build, cache_control, exact_first
-    )
+        embedding = EmbeddingOnce(router.embedder, text)
+    probe = None
+    if cache is not None:
+        probe = cache.probe(ask.principal, ask.requested_model, build, ask.cache_control, embedding)
+    exact = None
+    if probe is not None and probe.looks_up and not explain:
+        exact = await probe.exact()
     complexity, note, classify_s = None, None, None
     if exact is not None and exact.response is not None:
         note = "exact cache hit: classification skipped"
-    elif requested_model == "auto" and forced_tier is None:
+    elif ask.requested_model == "auto" and ask.forced_tier is None:
         started = time.perf_counter()
         with timed("classification"):  # includes the embedding, which it computes first
-            complexity, note = await _complexity(state, embedding, build)
+            complexity, note = await _complexity(router.classifier, embedding, build)
         if complexity is not None:
             classify_s = time.perf_counter() - started
-    learned: tuple[tuple[float, float] | None, str] = (None, "thresholds")
-    if state.shares is not None and complexity is not None and config.routing.target_share:
-        shares, tiers = state.shares, list(config.tiers)
-        learned = (
-            shares.route(config.routing, tiers, complexity.score, state.background)
-            if observe
-            else shares.thresholds(config.routing, tiers, state.background)
-        )
-    decision = _decide(config, principal, requested_model, complexity, forced_tier, learned)
-    if note is not None and requested_model == "auto":
+    decision = _tier(config, router, ask, complexity, observe=not explain)
+    if note is not None and ask.requested_model == "auto":
         decision = replace(decision, trail=(note, *decision.trail))
-    decision = fit_tier(state, principal, decision, build)  # a tier able to serve it
+    decision = fit_tier(config, router.replicas, ask.principal, decision, build)
     return RoutedRequest(
         config=config,
         request_id=build.request_id,
         created=int(time.time()),
-        principal=principal,
-        requested_model=requested_model,
+        principal=ask.principal,
+        requested_model=ask.requested_model,
         decision=decision,
-        generation=replace(build, model=decision.pinned_model or build.model, whole=not stream),
-        stream=stream,
-        include_usage=include_usage,
-        cache=plan,
+        generation=build,  # the engine request is built from it at dispatch (``Run``)
+        stream=ask.stream,
+        include_usage=ask.include_usage,
+        cache=probe,
         embedding=embedding,
         complexity=complexity,
         classify_s=classify_s,
-        exact=exact,
     )
 
 
-async def _cache_first(
-    state: GatewayState,
-    principal: Principal,
-    requested_model: str,
-    build: GenerationRequest,
-    cache_control: str | None,
-    exact_first: bool,
-) -> tuple[CachePlan | None, Lookup | None]:
-    """The cache plan, and the exact lookup when it is to come first."""
-    if state.cache is None:
-        return None, None
-    plan = state.cache.plan(principal, requested_model, build, cache_control)
-    if not exact_first or plan is None or not plan.lookup:
-        return plan, None
-    with timed("cache.exact"):
-        return plan, await state.cache.lookup_exact(plan)
+def _tier(
+    config: GatewayConfig,
+    router: Router,
+    ask: Ask,
+    complexity: ComplexityScore | None,
+    *,
+    observe: bool,
+) -> TierDecision:
+    """The router's call: the score, with the thresholds learnt from traffic when the
+    policy asks for them (``observe``: the score joins the sketch), to a tier decision."""
+    learned: tuple[tuple[float, float] | None, str] = (None, "thresholds")
+    shares = router.shares
+    if shares is not None and complexity is not None and config.routing.target_share:
+        tiers = list(config.tiers)
+        learned = (
+            shares.route(config.routing, tiers, complexity.score, router.background)
+            if observe
+            else shares.thresholds(config.routing, tiers, router.background)
+        )
+    return _decide(config, ask.principal, ask.requested_model, complexity, ask.forced_tier, learned)
 
 
 def _decide(

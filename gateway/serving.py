@@ -1,9 +1,15 @@
-"""Running a routed request, shared by chat and text completions.
+"""The serving core: one per config snapshot, and the one run of each request on it.
 
-admit (rate limit, budget) → the cache, or a stream on the tier's pool (failing over
-along the tier chain before the first token) → typed chunks to the endpoint → one
-``Outcome`` → settle. Endpoints turn chunks into wire bodies; nothing here knows JSON.
-Routing is in ``gateway.routing``; the request's config is the snapshot it carries.
+The lifespan builds the collaborators once (pools, the cache, the money's stores, the
+router's models, metrics) and a ``ServingCore`` over them and the config; each policy
+reload builds a new core over the same collaborators and the new snapshot. A request
+takes the core once, with its key lookup, and runs wholly on it: ``route(ask)`` (in
+``gateway.routing``), then ``run(routed)``:
+
+admit (the request's ``Hold``: rate limit, budget) → the cache (its ``CacheProbe``), or
+a stream on the tier's pool (failing over along the tier chain before the first token)
+→ typed chunks to the wire format → one ``Outcome`` → settle. It knows no JSON and no
+HTTP: wire formats are at the edge (``gateway.wire.format``, ``gateway.respond``).
 """
 
 from __future__ import annotations
@@ -11,47 +17,99 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
-from dataclasses import replace
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from backends.base import Chunk, GenerationRequest
 from backends.errors import EngineError, EngineUnavailable
-from backends.pool import StreamInfo
-from gateway import budgeting, observe
+from backends.pool import EnginePool, Replica, StreamInfo
+from gateway import observe
 from gateway.cache.record import CachedResponse, Recorder
-from gateway.cache.service import CachePlan, Lookup, PromptCache
-from gateway.errors import (
-    ApiError,
-    GatewayTimeout,
-    InsufficientQuota,
-    RateLimited,
-    from_engine_error,
-)
+from gateway.cache.service import PromptCache
+from gateway.errors import GatewayTimeout, from_engine_error
+from gateway.feedback.service import Feedback
+from gateway.hold import Hold, Money
+from gateway.metrics import GatewayMetrics
 from gateway.outcome import Charges, Outcome, Progress, conclude
-from gateway.routing import RoutedRequest
-from gateway.spend import run_cap
-from gateway.state import GatewayState
+from gateway.responses_store import ResponseStore
+from gateway.routing import Ask, RoutedRequest, Router, route
 from gateway.timing import current_timer, timed
 from gateway.tracing import GENERATION, SETTLEMENT, current_trace
+from policies.schema import GatewayConfig
+from policies.store import Store
 from routers.decision import TierDecision
-from routers.embedding import EmbeddingOnce
+from routers.wordpiece import ServedEmbedder
 
 log = logging.getLogger(__name__)
 
 
-class Execution:
+class Readiness:
+    """Whether this process serves: set once started, cleared at shutdown."""
+
+    __slots__ = ("ready",)
+
+    def __init__(self) -> None:
+        self.ready = False
+
+
+@dataclass(frozen=True, slots=True)
+class Collaborators:
+    pools: Mapping[str, EnginePool]
+    replicas: Mapping[str, Sequence[Replica]]
+    router: Router
+    money: Money
+    cache: PromptCache | None
+    metrics: GatewayMetrics
+    store: Store  # the shared store (typed sub-stores open from it)
+    served_embedder: ServedEmbedder | None  # the classifier's MiniLM, for /v1/embeddings
+    readiness: Readiness
+    responses: ResponseStore  # stored /v1/responses, per API key
+    feedback: Feedback | None = None  # ``routing.feedback``: records, shadows, refits
+
+
+@dataclass(frozen=True, slots=True)
+class ServingCore:
+    config: GatewayConfig  # the snapshot every request on this core runs by
+    parts: Collaborators
+
+    def reconfigured(self, config: GatewayConfig) -> ServingCore:
+        """The core for a reloaded policy: the same collaborators, the new snapshot."""
+        return ServingCore(config, self.parts)
+
+    async def route(self, ask: Ask, *, explain: bool = False) -> RoutedRequest:
+        parts = self.parts
+        return await route(self.config, parts.router, parts.cache, ask, explain=explain)
+
+    def run(self, routed: RoutedRequest) -> Run:
+        parts = self.parts
+        return Run(routed, parts.pools, parts.money, parts.metrics, parts.feedback)
+
+
+class Run:
     """One request's run: ``open`` admits it (rate limit, budget) and primes the stream,
     ``chunks`` drains it, ``close`` (always called, once it has ended in any way) settles.
 
-    ``progress`` is what it has seen so far; ``outcome`` is set once, when it ends."""
+    ``progress`` is what it has seen so far; ``outcome`` is set once, when it ends. What
+    a wire format reads of it: ``request_id``, ``created``, ``model`` (once ``open`` has
+    returned), ``include_usage``, and the chunks."""
 
-    def __init__(self, state: GatewayState, routed: RoutedRequest) -> None:
-        self.state = state
+    def __init__(
+        self,
+        routed: RoutedRequest,
+        pools: Mapping[str, EnginePool],
+        money: Money,
+        metrics: GatewayMetrics,
+        feedback: Feedback | None = None,
+    ) -> None:
         self.routed = routed
         self.config = routed.config
-        self.progress = Progress(routed.tier, routed.generation.model, routed.decision.trail)
+        self.pools = pools
+        self.metrics = metrics
+        self.decision = decision = routed.decision  # moved only by ``_move``
+        model = decision.pinned_model or routed.generation.model
+        self.progress = Progress(decision.tier, model, decision.trail)
         self.outcome: Outcome | None = None
-        self.ticket: budgeting.Ticket | None = None
+        self.hold = Hold.for_generation(money, routed, self._end)
         self._stream: AsyncIterator[Chunk] | None = None
         self._first: Chunk | None = None
         self._deadline = asyncio.get_running_loop().time() + self.config.server.request_timeout_s
@@ -60,52 +118,60 @@ class Execution:
         observe.begin(self.trace, routed)
         self._generation = self.trace.start(GENERATION)
         self._draining = False
-        self._settling: asyncio.Task[None] | None = None
-        self._heartbeat: asyncio.Task[None] | None = None
         self._recorder: Recorder | None = None
         # routing.feedback: a sampled request collects its answer for the judge
-        self._tap = state.feedback.tap(routed) if state.feedback is not None else None
+        self.feedback = feedback
+        self._tap = feedback.tap(routed) if feedback is not None else None
+        self._fed = False
+
+    @property
+    def request_id(self) -> str:
+        return self.routed.request_id
+
+    @property
+    def created(self) -> int:
+        return self.routed.created
 
     @property
     def model(self) -> str:
         """The model answering (known once ``open`` has returned)."""
         return self.progress.model
 
+    @property
+    def include_usage(self) -> bool:
+        return self.routed.include_usage
+
     async def open(self) -> None:
         """Admit, then get the first chunk, failing over along the tier chain while
         nothing was sent."""
-        try:
-            with timed("budget.reservation"):
-                decision, self.ticket = await budgeting.admit(self.state, self.routed)
-        except RateLimited as exc:
-            self._end(exc.code or "rate_limited", denied="rate_limit")
-            raise
-        except InsufficientQuota as exc:
-            self._end(exc.code or "insufficient_quota", denied="budget")
-            raise
-        except ApiError as exc:  # the budget or rate-limit store is down (503)
-            self._end(exc.code or "refused")
-            raise
-        self._admitted(decision, self.ticket)
-        self._heartbeat = budgeting.keep_alive(self.state, self.config, self.ticket)
+        with timed("budget.reservation"):
+            await self.hold.open()
+        self._admitted()
         if not await self._from_cache():
             await self._dispatch()
 
-    def _admitted(self, decision: TierDecision, ticket: budgeting.Ticket) -> None:
-        """Run on the tier admission chose (a budget downgrade drops a pinned model)."""
-        routed = self.routed
+    def _admitted(self) -> None:
+        """Run on the tier admission held money for (a budget downgrade)."""
+        ticket = self.hold.ticket
+        assert ticket is not None
         if ticket.downgraded:
-            generation = replace(routed.generation, model=routed.requested_model)
-            self.routed = replace(routed, decision=decision, generation=generation)
+            held = ticket.held.tier
+            self._move(held, f"budget: downgraded {self.decision.tier} -> {held}")
             self.progress.downgraded_from = ticket.requested_tier
+
+    def _move(self, tier: str, why: str) -> None:
+        """The one place the tier moves after routing (a budget downgrade at admission, a
+        failover before the first token): the move joins the trail; a pinned model is
+        dropped."""
+        self.decision = decision = self.decision.moved(tier, why)
         self.progress.tier, self.progress.trail = decision.tier, decision.trail
 
     async def _dispatch(self) -> None:
-        decision, visited = self.routed.decision, []
+        asked, visited = self.decision.tier, []
         while True:
-            tier = decision.tier
+            tier = self.decision.tier
             info = StreamInfo()
-            stream = self.state.pools[tier].stream(self._capped(decision), info)
+            stream = self.pools[tier].stream(self._engine_request(self.decision), info)
             self.progress.dispatched = True
             try:
                 with timed("engine"):
@@ -114,14 +180,12 @@ class Execution:
             except EngineUnavailable as exc:
                 self.progress.dispatched = False
                 fallback = self.config.tiers[tier].fallback
-                if fallback is None or fallback in visited or fallback == self.routed.tier:
+                if fallback is None or fallback in visited or fallback == asked:
                     self._end(str(exc))
                     raise from_engine_error(exc) from exc
                 visited.append(tier)
-                # The one place a tier moves after admission; the move joins the trail.
-                decision = decision.moved(fallback, f"failover: {tier} -> {fallback} ({exc})")
+                self._move(fallback, f"failover: {tier} -> {fallback} ({exc})")
                 self.progress.failover_from = self.progress.failover_from or tier
-                self.progress.tier, self.progress.trail = decision.tier, decision.trail
                 continue
             except EngineError as exc:
                 self.progress.dispatched = False
@@ -139,14 +203,20 @@ class Execution:
             self._primed(stream, first)
             return
 
-    def _capped(self, decision: TierDecision) -> GenerationRequest:
-        """The engine request on ``decision.tier``: never more completion tokens than the
-        reservation paid for on any model that tier's pool may pick."""
-        assert self.ticket is not None
-        cap = run_cap(self.config, decision.tier, self.ticket.completion_cap, decision.pinned_model)
+    def _engine_request(self, decision: TierDecision) -> GenerationRequest:
+        """What the engine on ``decision.tier`` is asked, built once per dispatch from the
+        wire's request: the pinned model (else the one asked for), a whole answer or a
+        stream, and never more completion tokens than the reservation paid for on any
+        model that tier's pool may pick (the hold's run cap)."""
+        cap = self.hold.run_cap(decision.tier, decision.pinned_model)
         self.progress.run_cap = cap
         generation = self.routed.generation
-        return replace(generation, sampling=replace(generation.sampling, max_tokens=cap))
+        return replace(
+            generation,
+            model=decision.pinned_model or generation.model,
+            whole=not self.routed.stream,
+            sampling=replace(generation.sampling, max_tokens=cap),
+        )
 
     def _primed(self, stream: AsyncIterator[Chunk], first: Chunk) -> None:
         self.progress.first_chunk_s = time.perf_counter() - self.started
@@ -155,21 +225,18 @@ class Execution:
 
     async def _from_cache(self) -> bool:
         """Answer from the cache if it has the answer; else arrange to store the live one."""
-        plan, cache = self.routed.cache, self.state.cache
-        if plan is None or cache is None:
+        probe = self.routed.cache
+        if probe is None:
             return False
-        if plan.lookup:
-            found = self.routed.exact
-            if found is None or found.status == "miss":
-                with timed("cache.lookup"):
-                    found = await _lookup(cache, found, plan, self.routed.embedding)
+        if probe.looks_up:
+            found = await probe.found()
             self.progress.cache, self.progress.similarity = found.status, found.similarity
             if found.response is not None:
                 await self._replay(found.status, found.response)
                 return True
         # A budget downgrade answers on a cheaper tier than asked: not the request's answer.
-        downgraded = self.ticket is not None and self.ticket.downgraded
-        if plan.store and not downgraded:
+        downgraded = self.hold.ticket is not None and self.hold.ticket.downgraded
+        if probe.plan.store and not downgraded:
             self._recorder = Recorder()
         return False
 
@@ -228,21 +295,14 @@ class Execution:
 
     async def _fill_cache(self) -> None:
         """Only a stream that ran to its natural end reaches here: store it."""
-        plan, cache, recorder, outcome = (
-            self.routed.cache,
-            self.state.cache,
-            self._recorder,
-            self.outcome,
-        )
-        if plan is None or cache is None or recorder is None or outcome is None:
-            return
-        if outcome.error is not None:
+        probe, recorder, outcome = self.routed.cache, self._recorder, self.outcome
+        if probe is None or recorder is None or outcome is None or outcome.error is not None:
             return
         finished = recorder.finished(
             model=outcome.model, tier=outcome.tier, cost_usd=outcome.cost_usd
         )
         if finished is not None:
-            await cache.store(plan, finished, self.routed.embedding)
+            await probe.store(finished)
 
     def _timed_out(self) -> GatewayTimeout:
         timeout = self.config.server.request_timeout_s
@@ -253,10 +313,10 @@ class Execution:
         """The request has ended: compute its one ``Outcome`` and record metrics and trace."""
         if self.outcome is not None:
             return self.outcome
-        plan = self.routed.cache
+        probe, ticket = self.routed.cache, self.hold.ticket
         charges = Charges(
-            prompt_upper=self.ticket.prompt_upper if self.ticket is not None else 0,
-            hit_charge=plan.policy.hit_charge if plan is not None else 0.0,
+            prompt_upper=ticket.prompt_upper if ticket is not None else 0,
+            hit_charge=probe.hit_charge if probe is not None else 0.0,
         )
         latency_s = time.perf_counter() - self.started
         with self.trace.stage(SETTLEMENT):
@@ -269,29 +329,21 @@ class Execution:
                 latency_s=latency_s,
                 classify_s=self.routed.classify_s,
             )
-        if outcome.saved_cache_usd and self.state.cache is not None:
-            self.state.cache.record_saving(outcome.saved_cache_usd)
-        observe.finish(self.state.metrics, self.trace, self._generation, self.routed, outcome)
+        if outcome.saved_cache_usd and probe is not None:
+            probe.saved(outcome.saved_cache_usd)
+        observe.finish(self.metrics, self.trace, self._generation, self.routed, outcome)
         return outcome
 
     async def close(self) -> None:
-        """Abort an unread stream and settle the budget; safe to call more than once, and
-        never raises: the answer may already be with the client.
-
-        Settlement is its own task: a request cancelled while closing still settles."""
+        """Abort an unread stream and settle the budget (the hold); safe to call more than
+        once, and never raises: the answer may already be with the client."""
         if self._stream is not None and not self._draining:
             self._draining = True
             await _aclose(self._stream)
-        outcome = self._end("cancelled")
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-        if self._settling is None and self.state.feedback is not None:
-            # Once per request: its record, and its shadow pair when sampled (both off the path).
-            self.state.feedback.finished(self.routed, outcome, self._tap)
-        if self._settling is None:
-            self._settling = budgeting.settle_later(self.state, self.routed, self.ticket, outcome)
-        if self._settling is not None:
-            await asyncio.shield(self._settling)
+        if self.feedback is not None and not self._fed:
+            self._fed = True  # once per request: its record, and its shadow pair when sampled
+            self.feedback.finished(self.routed, self._end("cancelled", None), self._tap)
+        await self.hold.close()
 
     def headers(self) -> dict[str, str]:
         """From the ``Outcome`` once the request has ended (a whole answer), else from
@@ -305,12 +357,11 @@ class Execution:
         }
         if seen.similarity is not None and seen.cache == "semantic":
             headers["x-tiergate-cache-similarity"] = f"{seen.similarity:.4f}"
-        if self.routed.decision.score is not None:
-            headers["x-tiergate-complexity"] = f"{self.routed.decision.score:.4f}"
+        if self.decision.score is not None:
+            headers["x-tiergate-complexity"] = f"{self.decision.score:.4f}"
         if seen.failover_from is not None:
             headers["x-tiergate-failover"] = f"{seen.failover_from}->{seen.tier}"
-        if self.ticket is not None:
-            headers.update(self.ticket.headers)
+        headers.update(self.hold.headers)
         if seen.downgraded_from is not None:
             headers["x-tiergate-downgraded"] = f"{seen.downgraded_from}->{seen.tier}"
         if self.outcome is not None and not self.routed.stream:
@@ -319,15 +370,6 @@ class Execution:
         if timer is not None:
             headers["server-timing"] = timer.header()
         return headers
-
-
-async def _lookup(
-    cache: PromptCache, exact: Lookup | None, plan: CachePlan, embedding: EmbeddingOnce | None
-) -> Lookup:
-    """The rest of the lookup: all of it, or the semantic part after an exact miss."""
-    if exact is None:
-        return await cache.lookup(plan, embedding)
-    return await cache.lookup_semantic(plan, embedding)
 
 
 async def _aclose(stream: AsyncIterator[Chunk]) -> None:

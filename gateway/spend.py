@@ -152,6 +152,23 @@ def downgrade_tiers(config: GatewayConfig, policy: TenantSpec, tier: str) -> lis
     return [tier, *(t for t in cheaper if t in permitted)]
 
 
+def admission_worst(
+    config: GatewayConfig,
+    generation: GenerationRequest,
+    tier: str,
+    policy: TenantSpec,
+    pinned: str | None,
+) -> tuple[list[WorstCase], int]:
+    """What admitting a generation on ``tier`` holds: the worst cases of its tier and,
+    for a ``downgrade`` tenant, of the cheaper tiers it may be moved to, most capable
+    first; and the tokens its rate limit counts."""
+    rate_tokens = prompt_upper_tokens(config, generation, tier)
+    rate_tokens += completion_cap(config, generation, tier)
+    downgrade = policy.on_budget_exceeded == "downgrade"
+    tiers = downgrade_tiers(config, policy, tier) if downgrade else [tier]
+    return worst_cases(config, tiers, generation, pinned), rate_tokens
+
+
 def worst_cases(
     config: GatewayConfig,
     tiers: Sequence[str],

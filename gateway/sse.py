@@ -1,18 +1,22 @@
-"""The outer streaming layer: wire bodies in, ``data:`` lines out, always ending in [DONE].
+"""The outer streaming layer: a wire format's events in, frames out, always ending with
+the format's last bytes (its ``Framing``: ``data: [DONE]`` for OpenAI's, nothing for
+named events).
 
-An error after the first byte becomes one error event (an unexpected one: a generic
-``internal_error`` with the request id, the traceback only in the log). A client
-disconnect cancels the stream at once, even while no token is flowing (prefill, queue
-wait), so the engine request is aborted; nothing more is written. So does a client
-that stops reading: a write that cannot go out within ``write_timeout_s`` ends the
-stream, and closing it frees the engine slot and the budget hold.
+An error after the first byte becomes one error event in the format's shape (an
+unexpected one: a generic ``internal_error`` with the request id, the traceback only
+in the log). A client disconnect cancels the stream at once, even while no token is
+flowing (prefill, queue wait), so the engine request is aborted; nothing more is
+written. So does a client that stops reading: a write that cannot go out within
+``write_timeout_s`` ends the stream, and closing it frees the engine slot and the
+budget hold.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -23,24 +27,56 @@ from gateway.errors import ApiError, internal_error
 
 log = logging.getLogger(__name__)
 
-DONE = b"data: [DONE]\n\n"
+Event = dict[str, Any]
 
 
-def event(body: dict[str, Any]) -> bytes:
-    return b"data: " + orjson.dumps(body) + b"\n\n"
+def data_frame(event: Event) -> bytes:
+    return b"data: " + orjson.dumps(event) + b"\n\n"
+
+
+def named_frame(event: Event) -> bytes:
+    """``event: TYPE`` then the data line: the event's name is its ``type``."""
+    return b"event: " + str(event["type"]).encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+
+
+def openai_error(error: ApiError) -> Sequence[Event]:
+    return [error.body()]
+
+
+@dataclass(frozen=True, slots=True)
+class Framing:
+    """How a format's events are written."""
+
+    frame: Callable[[Event], bytes]
+    done: bytes  # written last, after the events or the error events
+    # What an error after the first byte becomes: one event (OpenAI's, Anthropic's), or
+    # several (Responses: ``error`` then ``response.failed``).
+    error: Callable[[ApiError], Sequence[Event]]
+
+
+OPENAI_SSE = Framing(data_frame, b"data: [DONE]\n\n", openai_error)
+
+
+def named_events(error: Callable[[ApiError], Sequence[Event]]) -> Framing:
+    """Framing for formats whose events are named by their ``type`` and end without a
+    sentinel; ``error`` gives the error events (their ``type`` names them too)."""
+    return Framing(named_frame, b"", error)
 
 
 async def sse(
     bodies: AsyncIterator[dict[str, Any]],
     request_id: str = "",
     settle: Callable[[], Awaitable[None]] | None = None,
+    framing: Framing = OPENAI_SSE,
 ) -> AsyncGenerator[bytes, None]:
     """``settle`` runs once the bodies have ended (in any way but the client leaving),
-    before the error event or ``[DONE]`` is written; what it raises is an error event."""
+    before the error event or the last bytes are written; what it raises is an error
+    event."""
+    frame = framing.frame
     try:
         try:
             async for body in bodies:
-                yield event(body)
+                yield frame(body)
         except Exception:  # re-raised below: it becomes the error event
             if settle is not None:
                 await settle()
@@ -49,11 +85,14 @@ async def sse(
             await settle()
     except ApiError as exc:
         log.warning("%s: stream failed after the first byte: %s", request_id, exc.detail or exc)
-        yield event(exc.body())
+        for event in framing.error(exc):
+            yield frame(event)
     except Exception:
         log.exception("%s: stream failed after the first byte", request_id)
-        yield event(internal_error(request_id or "unknown").body())
-    yield DONE
+        for event in framing.error(internal_error(request_id or "unknown")):
+            yield frame(event)
+    if framing.done:
+        yield framing.done
 
 
 async def wait_disconnect(receive: Receive) -> None:

@@ -1,4 +1,10 @@
-"""What the lifespan builds and the routes use, in one typed object."""
+"""What the lifespan builds, in one typed object: the app's container.
+
+Requests never see it: they run on ``core`` (the config snapshot and the serving
+collaborators, ``gateway.serving``), which the lifespan builds from these fields and each
+policy reload rebuilds with the new config. App startup and the admin routes use the
+rest (a test walks every function's parameters: ``tests/gateway/test_state_access.py``).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,8 @@ from backends.pool import EnginePool, Replica
 from gateway.cache.service import PromptCache
 from gateway.feedback.service import Feedback
 from gateway.metrics import GatewayMetrics
+from gateway.responses_store import ResponseStore
+from gateway.serving import Readiness, ServingCore
 from gateway.target_share import TargetShares
 from gateway.throttle import GuessThrottle
 from gateway.tracing import Tracing
@@ -44,10 +52,11 @@ class GatewayState:
     keys: KeyDirectory  # YAML keys and API-managed ones: ``await keys.authenticate(raw)``
     audit: AuditLog
     journal: SettleJournal  # settles the store refuses wait here (and on disk) until it is back
+    responses: ResponseStore  # stored /v1/responses, per API key, in ``store``
     cache: PromptCache | None = None
     embedder: Embedder | None = None  # shared by the classifier and the semantic cache
     served_embedder: ServedEmbedder | None = None  # the classifier's, for /v1/embeddings
-    ready: bool = False
+    readiness: Readiness = field(default_factory=Readiness)
     # Settlements run as their own tasks so a cancelled request still settles; the
     # lifespan waits for them before closing the store.
     background: set[asyncio.Task[None]] = field(default_factory=set)
@@ -56,6 +65,8 @@ class GatewayState:
     config_source: Callable[[], GatewayConfig] | None = None  # re-read on policy reload
     shares: TargetShares | None = None  # ``routing.target_share``: thresholds from traffic
     admin_guesses: GuessThrottle = field(default_factory=lambda: GuessThrottle(5, 50))
+    # What requests run on: ``config`` and the collaborators above (``gateway.app``).
+    core: ServingCore = field(init=False)
     feedback: Feedback | None = None  # ``routing.feedback``: shadows, verdicts, refits
 
 

@@ -5,7 +5,7 @@ provider): then every call here is a check of one attribute and returns a shared
 no-op, so the hot path pays nothing measurable.
 
 Stage owners wrap their stage with ``stage(AUTH)`` (any code that runs inside a
-traced route handler) or ``run.trace.stage(...)`` (code that holds the ``Execution``,
+traced route handler) or ``run.trace.stage(...)`` (code that holds the ``Run``,
 including while a stream is written). Stages are children of the request's root span
 and never become the current span, so streaming across ``await`` points is safe.
 """

@@ -15,6 +15,7 @@ from policies.engine_spec import EngineSpec, TierSpec
 from policies.feedback_spec import FeedbackConfig, feedback_problems
 from policies.frozen import Frozen
 from policies.part_tokens import PartTokens
+from policies.responses_spec import ResponsesConfig
 
 DEFAULT_TIERS = ("small", "medium", "large")
 
@@ -128,6 +129,8 @@ class TenantSpec(Frozen):
     min_tier: str | None = None  # ``auto`` never routes below this tier
     max_tier: str | None = None  # ... nor above this one
     allow_tier_header: bool = False  # may force a tier with ``x-tiergate-tier``
+    # Hosted tools the gateway cannot run (web_search…): removed and named, or a 400.
+    compat: Literal["lenient", "strict"] = "lenient"
 
 
 class CacheConfig(Frozen):
@@ -304,6 +307,7 @@ class GatewayConfig(Frozen):
     metrics: MetricsConfig = MetricsConfig()
     cache: CacheConfig = CacheConfig()
     embeddings: dict[str, EmbeddingSpec] = Field(default_factory=dict)  # POST /v1/embeddings
+    responses: ResponsesConfig = ResponsesConfig()  # stored /v1/responses
 
     @model_validator(mode="after")
     def _references(self) -> GatewayConfig:

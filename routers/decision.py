@@ -9,7 +9,7 @@ trail that ``POST /v1/route`` shows. The order, for ``auto``:
 4. the tenant's ``allowed_tiers`` (the nearest allowed tier at or below);
 
 Budget-aware downgrade happens later, at admission, where the reservation is made in
-the same step (``gateway.budgeting``), so a tier is never chosen on a stale balance;
+the same step (``gateway.hold``), so a tier is never chosen on a stale balance;
 failover (``gateway.serving``) is the only other move. Both go through
 ``TierDecision.moved``, so the one trail shows every step.
 

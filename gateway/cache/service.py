@@ -4,6 +4,12 @@
 be looked up and stored; ``lookup`` tries the exact key, then the semantic index;
 ``store`` keeps a finished response. A failing or slow store never fails a request:
 the call is abandoned, counted, and the cache skipped for a moment.
+
+A request sees the cache through one ``CacheProbe`` (``PromptCache.probe``): ask twice,
+compute once, as ``EmbeddingOnce``. Routing asks for the exact entry before classifying
+(a hit skips the classifier); the run asks for the answer after admission, which reuses
+that lookup and only then searches the semantic index; the probe also stores the live
+answer and counts what a hit saved.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from backends.base import GenerationRequest
 from gateway.cache.keys import CacheKeys, Fingerprint, fingerprint, namespace
 from gateway.cache.record import CachedResponse
 from gateway.cache.storage import CacheStorage, CacheUnavailable, Semantic, TenantUsage
+from gateway.timing import timed
 from policies.schema import CacheConfig, CachePolicy
 from policies.tenants import Principal
 from routers.embedding import EmbeddingOnce
@@ -121,6 +128,18 @@ class PromptCache:
             semantic,
             principal.tenant,
         )
+
+    def probe(
+        self,
+        principal: Principal,
+        requested_model: str,
+        request: GenerationRequest,
+        cache_control: str | None,
+        embedding: EmbeddingOnce | None,
+    ) -> CacheProbe | None:
+        """The request's probe; None: it bypasses the cache (its plan says so)."""
+        plan = self.plan(principal, requested_model, request, cache_control)
+        return None if plan is None else CacheProbe(self, plan, embedding)
 
     def _count_bypass(self, reason: str) -> None:
         self.counters.bypassed += 1
@@ -235,6 +254,50 @@ class PromptCache:
 
     async def aclose(self) -> None:
         await self.storage.aclose()
+
+
+class CacheProbe:
+    """One request's lookups, each made at most once whoever asks, and its store."""
+
+    def __init__(
+        self, cache: PromptCache, plan: CachePlan, embedding: EmbeddingOnce | None
+    ) -> None:
+        self.cache, self.plan, self.embedding = cache, plan, embedding
+        self._exact: Lookup | None = None
+        self._found: Lookup | None = None
+
+    @property
+    def looks_up(self) -> bool:
+        """False with ``Cache-Control: no-cache``: nothing is looked up, only stored."""
+        return self.plan.lookup
+
+    @property
+    def hit_charge(self) -> float:
+        """The share of a stored answer's cost a hit is charged (the tenant's policy)."""
+        return self.plan.policy.hit_charge
+
+    async def exact(self) -> Lookup:
+        """The exact entry (its key does not depend on the tier)."""
+        if self._exact is None:
+            with timed("cache.exact"):
+                self._exact = await self.cache.lookup_exact(self.plan)
+        return self._exact
+
+    async def found(self) -> Lookup:
+        """The exact entry, else the semantic index (an exact miss only)."""
+        if self._found is None:
+            found = await self.exact()
+            if found.status == "miss":
+                with timed("cache.lookup"):
+                    found = await self.cache.lookup_semantic(self.plan, self.embedding)
+            self._found = found
+        return self._found
+
+    async def store(self, response: CachedResponse) -> bool:
+        return await self.cache.store(self.plan, response, self.embedding)
+
+    def saved(self, usd: float) -> None:
+        self.cache.record_saving(usd)
 
 
 def _decode(raw: bytes | None) -> CachedResponse | None:

@@ -24,13 +24,11 @@ router = APIRouter(
 
 @router.post("/v1/embeddings", name="embeddings", openapi_extra=request_body(EmbeddingRequest))
 async def embeddings(request: Request, call: TenantDep) -> Response:
-    state = call.state
-    config = state.config  # the request's snapshot (see gateway.respond)
-    server = config.server
+    server = call.core.config.server  # the request's snapshot (see gateway.deps.tenant_call)
     raw = await read_body(request, server.max_body_bytes, server.header_timeout_s)
     body = parse_body(EmbeddingRequest, raw)
     lap("parse")
-    work = create_embeddings(state, call.principal, config, body)
+    work = create_embeddings(call.core, call.principal, body)
     payload, headers = await until_disconnect(request, work)
     return Response(
         orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY),

@@ -16,8 +16,7 @@ from gateway.deps import TenantDep
 from gateway.errors import InvalidRequest
 from gateway.http import GatewayRoute, read_body
 from gateway.openapi import errors, request_body
-from gateway.routes import chat, completions
-from gateway.routing import route
+from gateway.routing import Ask
 from gateway.wire import chat as chat_wire
 from gateway.wire import completions as completions_wire
 from gateway.wire.common import parse_body
@@ -32,8 +31,8 @@ router = APIRouter(
     openapi_extra=request_body(chat_wire.ChatCompletionRequest, completions_wire.CompletionRequest),
 )
 async def explain_route(request: Request, call: TenantDep) -> Response:
-    state, principal = call.state, call.principal
-    config = state.config  # one snapshot: a reload during the awaits below changes nothing here
+    core = call.core  # one snapshot: a reload during the awaits below changes nothing here
+    config = core.config
     server = config.server
     raw = await read_body(request, server.max_body_bytes, server.header_timeout_s)
     try:
@@ -45,22 +44,22 @@ async def explain_route(request: Request, call: TenantDep) -> Response:
     data.setdefault("model", "auto")
     body = orjson.dumps(data)
     if "messages" in data:
-        build = chat.to_generation(parse_body(chat_wire.ChatCompletionRequest, body))
+        build = chat_wire.to_generation(parse_body(chat_wire.ChatCompletionRequest, body))
     elif "prompt" in data:
-        build = completions.to_generation(parse_body(completions_wire.CompletionRequest, body))
+        parsed = parse_body(completions_wire.CompletionRequest, body)
+        build = completions_wire.to_generation(parsed)
     else:
         raise InvalidRequest("give 'messages' (chat) or 'prompt' (completions)", param="messages")
-    routed = await route(
-        state,
-        principal,
+    ask = Ask(
+        call.principal,
         data["model"],
         build,
         stream=False,
         include_usage=False,
         forced_tier=request.headers.get("x-tiergate-tier"),
-        observe=False,  # an explanation is not traffic: it stays out of target_share
-        config=config,
     )
+    # An explanation is not traffic: no cache lookup, and it stays out of target_share.
+    routed = await core.route(ask, explain=True)
     tier = config.tiers[routed.tier]
     complexity = routed.complexity
     answer = {

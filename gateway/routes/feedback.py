@@ -15,12 +15,12 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.cache.service import PromptCache
 from gateway.deps import TenantDep
 from gateway.errors import ApiError, InvalidRequest, ServiceUnavailable
 from gateway.feedback.records import HITS
 from gateway.http import GatewayRoute, read_body
 from gateway.openapi import errors, request_body
-from gateway.state import GatewayState
 from gateway.wire.common import parse_body
 from gateway.wire.feedback import FeedbackRequest
 from policies.feedback_store import RequestRecord
@@ -43,22 +43,22 @@ class VerdictConflict(ApiError):
     code = "verdict_conflict"
 
 
-async def forget_cached_answer(state: GatewayState, record: RequestRecord) -> bool:
+async def forget_cached_answer(cache: PromptCache | None, record: RequestRecord) -> bool:
     """The one call site of the cache verdict: a client called a cached answer bad.
 
-    LEAD (merge with branch `cache`): ``return await state.cache.forget(record.tenant,
-    record.entry_id, query_text=record.query_text or "")`` when ``state.cache`` and
+    LEAD (merge with branch `cache`): ``return await cache.forget(record.tenant,
+    record.entry_id, query_text=record.query_text or "")`` when ``cache`` and
     ``record.entry_id`` are set. Until then nothing is evicted (the response says so)."""
     return False
 
 
 @router.post("/v1/feedback", openapi_extra=request_body(FeedbackRequest))
 async def post_feedback(request: Request, call: TenantDep) -> Response:
-    state, principal = call.state, call.principal
-    config = state.config
+    core, principal = call.core, call.principal  # one snapshot for the whole call
+    config = core.config
     raw = await read_body(request, config.server.max_body_bytes, config.server.header_timeout_s)
     body = parse_body(FeedbackRequest, raw)
-    spec, feedback = config.routing.feedback, state.feedback
+    spec, feedback = config.routing.feedback, core.parts.feedback
     if spec is None or feedback is None:
         raise InvalidRequest(
             "feedback is not enabled on this gateway (routing.feedback)", code="feedback_disabled"
@@ -79,7 +79,7 @@ async def post_feedback(request: Request, call: TenantDep) -> Response:
         )
     evicted = False
     if previous is None and body.verdict == "bad" and record.cache in HITS:
-        evicted = await forget_cached_answer(state, record)
+        evicted = await forget_cached_answer(core.parts.cache, record)
     answer = {
         "object": "tiergate.feedback",
         "request_id": body.request_id,

@@ -13,7 +13,7 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from gateway.deps import StateDep
+from gateway.deps import CoreDep
 from gateway.http import GatewayRoute
 from gateway.reload_bus import config_version
 
@@ -26,16 +26,17 @@ async def healthz() -> Response:
 
 
 @router.get("/readyz", responses={503: {"description": "not ready (the body says why)"}})
-async def readyz(request: Request, state: StateDep) -> Response:
-    tiers = {name: pool.healthy() for name, pool in state.pools.items()}
-    store_ok = await state.store.ping()
-    ready = state.ready and store_ok and all(tiers.values())
+async def readyz(request: Request, core: CoreDep) -> Response:
+    parts = core.parts
+    tiers = {name: pool.healthy() for name, pool in parts.pools.items()}
+    store_ok = await parts.store.ping()
+    ready = parts.readiness.ready and store_ok and all(tiers.values())
     body: dict[str, Any] = {
         "ready": ready,
-        "store": state.store.kind,
+        "store": parts.store.kind,
         "store_ok": store_ok,
         "tiers": tiers,
-        "config_version": config_version(state.config),
+        "config_version": config_version(core.config),
     }
     cluster = getattr(request.app.state, "tiergate_cluster", None)
     if cluster is not None:

@@ -16,24 +16,24 @@ from starlette.responses import Response
 from gateway.deps import TenantDep
 from gateway.http import GatewayRoute
 from gateway.openapi import errors
-from gateway.state import GatewayState
+from gateway.serving import Collaborators
 
 router = APIRouter(route_class=GatewayRoute, tags=["v1"], responses=errors(401, 500, 503))
 
 
-def node_load(state: GatewayState) -> dict[str, object]:
-    replicas = {id(r): r for group in state.replicas.values() for r in group}.values()
+def node_load(parts: Collaborators) -> dict[str, object]:
+    replicas = {id(r): r for group in parts.replicas.values() for r in group}.values()
     loads = [r.engine.load() for r in replicas]
-    queued = sum(pool.waiting for pool in state.pools.values())
+    queued = sum(pool.waiting for pool in parts.pools.values())
     tiers = {
         name: {"healthy": pool.healthy(), "waiting": pool.waiting, "replicas": len(pool.replicas)}
-        for name, pool in state.pools.items()
+        for name, pool in parts.pools.items()
     }
     return {
         "running": sum(load.running for load in loads),
         "waiting": sum(load.waiting for load in loads) + queued,
         "kv_usage": sum(load.kv_usage for load in loads) / len(loads) if loads else 0.0,
-        "healthy": state.ready and any(load.healthy for load in loads),
+        "healthy": parts.readiness.ready and any(load.healthy for load in loads),
         "inflight": sum(r.inflight for r in replicas),
         "max_inflight": sum(r.max_inflight for r in replicas),
         "tiers": tiers,
@@ -42,4 +42,4 @@ def node_load(state: GatewayState) -> dict[str, object]:
 
 @router.get("/v1/load")
 async def load(call: TenantDep) -> Response:
-    return Response(orjson.dumps(node_load(call.state)), media_type="application/json")
+    return Response(orjson.dumps(node_load(call.core.parts)), media_type="application/json")

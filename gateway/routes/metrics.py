@@ -21,8 +21,9 @@ router = APIRouter(route_class=GatewayRoute, tags=["operations"], responses=erro
 
 
 @router.get("/metrics")
-async def metrics(state: ScraperDep) -> Response:
+async def metrics(core: ScraperDep) -> Response:
     # Gauges are read on the loop (engine state lives there); rendering runs off it.
-    state.metrics.refresh(state.replicas, state.pools)
-    body = await asyncio.to_thread(state.metrics.render)
+    parts = core.parts
+    parts.metrics.refresh(parts.replicas, parts.pools)
+    body = await asyncio.to_thread(parts.metrics.render)
     return Response(body, media_type=CONTENT_TYPE_LATEST)

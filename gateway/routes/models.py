@@ -16,7 +16,7 @@ router = APIRouter(route_class=GatewayRoute, tags=["v1"], responses=errors(401, 
 
 @router.get("/v1/models")
 async def list_models(call: TenantDep) -> Response:
-    config = call.state.config
+    config = call.core.config
     entries = [
         {
             "id": "auto",

@@ -71,6 +71,7 @@ class TenantFields(BaseModel):
     min_tier: str | None = None
     max_tier: str | None = None
     allow_tier_header: bool = False
+    compat: Literal["lenient", "strict"] = "lenient"
 
 
 class TenantCreate(TenantFields):

@@ -1,4 +1,5 @@
-"""``POST /v1/chat/completions`` wire models: the request, and the response/chunk builders."""
+"""``POST /v1/chat/completions``, the request side: the wire models and their translation
+to the engine's ``GenerationRequest`` (the answer side: ``gateway.wire.chat_render``)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from backends.base import Chunk, Usage
+from backends.base import GenerationRequest, SamplingParams
 from backends.messages import PART_MODALITIES
-from gateway.wire.common import SamplingFields, logprobs_body
+from gateway.routing import new_request_id
+from gateway.wire.common import SamplingFields
 from gateway.wire.fields import passthrough_fields
 
 
@@ -154,63 +156,26 @@ class ChatCompletionRequest(SamplingFields):
         return passthrough_fields(self.model_extra)
 
 
-def usage_dict(usage: Usage) -> dict[str, Any]:
-    return {
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.total_tokens,
-        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
-    }
-
-
-def completion_body(
-    request_id: str, model: str, created: int, text: str, final: Chunk
-) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": text}
-    if final.tool_calls:
-        message["tool_calls"] = [dict(c) for c in final.tool_calls]
-        message["content"] = text or None
-    return {
-        "id": request_id,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "finish_reason": final.finish_reason or "stop",
-                "logprobs": logprobs_body(final.logprobs),
-            }
-        ],
-        "usage": usage_dict(final.usage or Usage(0, 0)),
-    }
-
-
-def chunk_body(
-    request_id: str,
-    model: str,
-    created: int,
-    delta: dict[str, Any],
-    finish_reason: str | None = None,
-    logprobs: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": logprobs}
-    return {
-        "id": request_id,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
-        "choices": [choice],
-    }
-
-
-def usage_chunk_body(request_id: str, model: str, created: int, usage: Usage) -> dict[str, Any]:
-    return {
-        "id": request_id,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
-        "choices": [],
-        "usage": usage_dict(usage),
-    }
+def to_generation(body: ChatCompletionRequest) -> GenerationRequest:
+    """The engine request: the messages, tools and sampling of the body."""
+    return GenerationRequest(
+        request_id=new_request_id("chatcmpl"),
+        model=body.model,
+        sampling=SamplingParams(
+            max_tokens=body.token_limit,
+            temperature=body.temperature,
+            top_p=body.top_p,
+            seed=body.seed,
+            stop=body.stop_tuple(),
+            frequency_penalty=body.frequency_penalty,
+            presence_penalty=body.presence_penalty,
+        ),
+        messages=tuple(m.as_dict() for m in body.messages),
+        tools=body.tool_dicts(),
+        tool_choice=body.tool_choice_value(),
+        response_format=body.response_format_dict(),
+        parallel_tool_calls=body.parallel_tool_calls,
+        logprobs=bool(body.logprobs),
+        top_logprobs=body.top_logprobs,
+        passthrough=body.passthrough(),
+    )

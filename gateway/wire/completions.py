@@ -1,4 +1,6 @@
-"""``POST /v1/completions`` (legacy text completions) wire models."""
+"""``POST /v1/completions`` (legacy text completions), the request side: the wire model
+and its translation to a ``GenerationRequest`` (the answer side:
+``gateway.wire.completions_render``)."""
 
 from __future__ import annotations
 
@@ -6,8 +8,9 @@ from typing import Any
 
 from pydantic import Field
 
-from backends.base import Chunk, Usage
-from gateway.wire.chat import usage_dict
+from backends.base import GenerationRequest, SamplingParams
+from gateway.errors import InvalidRequest
+from gateway.routing import new_request_id
 from gateway.wire.common import SamplingFields
 from gateway.wire.fields import passthrough_fields
 
@@ -27,33 +30,26 @@ class CompletionRequest(SamplingFields):
         return passthrough_fields(self.model_extra)
 
 
-def completion_body(
-    request_id: str, model: str, created: int, text: str, final: Chunk
-) -> dict[str, Any]:
-    return {
-        "id": request_id,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "text": text,
-                "finish_reason": final.finish_reason or "stop",
-                "logprobs": None,
-            }
-        ],
-        "usage": usage_dict(final.usage or Usage(0, 0)),
-    }
+DEFAULT_MAX_TOKENS = 16  # OpenAI's default for this endpoint
 
 
-def chunk_body(
-    request_id: str, model: str, created: int, text: str, finish_reason: str | None = None
-) -> dict[str, Any]:
-    return {
-        "id": request_id,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": [{"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}],
-    }
+def to_generation(body: CompletionRequest) -> GenerationRequest:
+    try:
+        prompt = body.prompt_text()
+    except ValueError as exc:
+        raise InvalidRequest(str(exc), param="prompt") from None
+    return GenerationRequest(
+        request_id=new_request_id("cmpl"),
+        model=body.model,
+        sampling=SamplingParams(
+            max_tokens=body.max_tokens or DEFAULT_MAX_TOKENS,
+            temperature=body.temperature,
+            top_p=body.top_p,
+            seed=body.seed,
+            stop=body.stop_tuple(),
+            frequency_penalty=body.frequency_penalty,
+            presence_penalty=body.presence_penalty,
+        ),
+        prompt=prompt,
+        passthrough=body.passthrough(),
+    )

@@ -158,8 +158,7 @@ class SlowEmbedder:
 async def test_requests_interleave_while_classification_runs() -> None:
     with running_gateway(fake_config()) as gateway:
         slow = SlowEmbedder(1.0)
-        gateway.state.embedder = slow
-        gateway.state.classifier = ComplexityClassifier(ComplexityModel.load())
+        gateway.swap(embedder=slow, classifier=ComplexityClassifier(ComplexityModel.load()))
         headers = {"authorization": f"Bearer {TEST_KEY}"}
         async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers, timeout=30) as c:
             started = time.perf_counter()

@@ -13,9 +13,8 @@ import openai
 import pytest
 
 from backends.base import GenerationRequest
-from gateway.routes.chat import to_generation
 from gateway.spend import prompt_upper_tokens, worst_cases
-from gateway.wire.chat import ChatCompletionRequest
+from gateway.wire.chat import ChatCompletionRequest, to_generation
 from policies.schema import GatewayConfig
 from policies.spending import tenant_scopes
 from tests.gateway.budget_support import ADMIN_KEY, BudgetProbe, budget_config, redis_prefix

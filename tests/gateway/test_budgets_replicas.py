@@ -18,9 +18,8 @@ import httpx
 import openai
 import pytest
 
-from gateway.routes.chat import to_generation
 from gateway.spend import worst_cases
-from gateway.wire.chat import ChatCompletionRequest
+from gateway.wire.chat import ChatCompletionRequest, to_generation
 from policies.ledger import day_of
 from policies.schema import GatewayConfig
 from policies.spending import tenant_scopes

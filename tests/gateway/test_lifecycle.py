@@ -20,9 +20,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from gateway.routes.chat import to_generation
 from gateway.spend import prompt_upper_tokens
-from gateway.wire.chat import ChatCompletionRequest
+from gateway.wire.chat import ChatCompletionRequest, to_generation
 from policies.loader import load_config
 from policies.spending import tenant_scopes
 from policies.store import key_prefix

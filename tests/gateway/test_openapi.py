@@ -42,6 +42,10 @@ def test_openapi_describes_the_v1_surface_from_the_wire_models() -> None:
     for path, method in (
         ("/v1/chat/completions", "post"),
         ("/v1/completions", "post"),
+        ("/v1/responses", "post"),
+        ("/v1/responses/{response_id}", "get"),
+        ("/v1/responses/{response_id}", "delete"),
+        ("/v1/responses/{response_id}/input_items", "get"),
         ("/v1/models", "get"),
         ("/v1/route", "post"),
         ("/admin/api/budgets", "put"),

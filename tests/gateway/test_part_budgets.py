@@ -14,9 +14,8 @@ from typing import Any
 import openai
 import pytest
 
-from gateway.routes.chat import to_generation
 from gateway.spend import prompt_upper_tokens
-from gateway.wire.chat import ChatCompletionRequest
+from gateway.wire.chat import ChatCompletionRequest, to_generation
 from policies.schema import GatewayConfig
 from policies.spending import tenant_scopes
 from tests.gateway.budget_support import BudgetProbe, budget_config, redis_prefix
