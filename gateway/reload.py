@@ -26,6 +26,7 @@ from gateway.admin_auth import require_admin
 from gateway.errors import InvalidRequest
 from gateway.routes.admin_audit import record
 from gateway.state import GatewayState, get_state
+from policies.feedback_spec import JudgeSpec
 from policies.loader import ConfigError
 from policies.schema import GatewayConfig
 from policies.tenants import KeyRing
@@ -45,11 +46,17 @@ class Reloaded:
     thresholds: tuple[float, float]
 
 
+def _judge(config: GatewayConfig) -> JudgeSpec | None:
+    return None if config.routing.feedback is None else config.routing.feedback.judge
+
+
 def _needs_restart(old: GatewayConfig, new: GatewayConfig) -> list[str]:
     fixed = {
         "engines": (old.engines, new.engines),
         "tiers": (old.tiers, new.tiers),
         "routing.classifier": (old.routing.classifier, new.routing.classifier),
+        # built at startup: the feedback loop (on or off) and its judge
+        "routing.feedback.judge": (_judge(old), _judge(new)),
         "server": (old.server, new.server),
         "redis_url": (old.redis_url, new.redis_url),
         "redis_cluster": (old.redis_cluster, new.redis_cluster),

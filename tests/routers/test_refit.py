@@ -171,3 +171,22 @@ def test_the_shadow_tier_is_the_neighbour() -> None:
     tiers = list(TIERS)
     assert [shadow_tier(tiers, t) for t in tiers] == ["medium", "large", "medium"]
     assert shadow_tier(["a", "b"], "a") == "b" and shadow_tier(["a", "b"], "b") == "a"
+
+
+def test_the_feedback_loop_and_its_judge_need_a_restart_the_rest_reloads() -> None:
+    from gateway.reload import _needs_restart
+    from policies.schema import GatewayConfig
+    from tiergate_testing.configs import fake_config
+
+    def config(**feedback: object) -> GatewayConfig:
+        raw = fake_config()
+        if feedback:
+            raw["routing"] = {"feedback": feedback}
+        return GatewayConfig.model_validate(raw)
+
+    off, on = config(), config(judge={"tier": "large"}, sample=0.01)
+    assert _needs_restart(off, on) == ["routing.feedback.judge: changing it needs a restart"]
+    assert _needs_restart(on, off) == ["routing.feedback.judge: changing it needs a restart"]
+    other_judge = config(judge={"tier": "medium"}, sample=0.01)
+    assert _needs_restart(on, other_judge) != []
+    assert _needs_restart(on, config(judge={"tier": "large"}, sample=0.5)) == []  # reloads
