@@ -22,7 +22,6 @@ import io
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -36,9 +35,9 @@ MIN_SPLIT = 10  # labels on each side of the time split, at least
 NEWTON_STEPS = 25
 
 
-def logit(p: npt.NDArray[Any]) -> F64:
-    q = np.clip(np.asarray(p, dtype=np.float64), 1e-6, 1 - 1e-6)
-    return np.asarray(np.clip(np.log(q / (1 - q)), -CLIP, CLIP), dtype=np.float64)
+def base_logits(base: TierQuality, vectors: Array, features: Array) -> F64:
+    """The base model's logits, clipped to ±``CLIP``."""
+    return np.asarray(np.clip(base.logits(vectors, features), -CLIP, CLIP), dtype=np.float64)
 
 
 def sigmoid(z: F64) -> F64:
@@ -144,13 +143,17 @@ class RefittedQuality:
         self.correction = correction
         self.tiers = base.tiers
 
-    def predict(self, vectors: Array, features: Array) -> Array:
-        z = logit(self.base.predict(vectors, features))
+    def logits(self, vectors: Array, features: Array) -> Array:
+        z = base_logits(self.base, vectors, features)
         out = np.empty_like(z)
         for t in range(len(self.tiers)):
             x = self.correction.design(z[:, t], vectors, features)
-            out[:, t] = sigmoid(z[:, t] + x @ self.correction.coef[t])
+            out[:, t] = z[:, t] + x @ self.correction.coef[t]
         return out.astype(np.float32)
+
+    def predict(self, vectors: Array, features: Array) -> Array:
+        z = self.logits(vectors, features).astype(np.float64)
+        return sigmoid(z).astype(np.float32)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +216,7 @@ def fit_correction(base: TierQuality, train: LabelSet, options: RefitOptions) ->
         np.zeros((len(base.tiers), 2 + k + features.shape[1])),
         tuple(int((train.tier == t).sum()) for t in range(len(base.tiers))),
     )
-    z = logit(base.predict(vectors, features)[np.arange(len(train)), train.tier])
+    z = base_logits(base, vectors, features)[np.arange(len(train)), train.tier]
     coef = correction.coef.copy()
     for t in range(len(base.tiers)):
         mine = train.tier == t

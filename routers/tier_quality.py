@@ -1,8 +1,9 @@
 """The per-tier quality seam: for each configured tier, P(its answer is acceptable).
 
-``TierQuality`` has exactly the shape the routing work defines in ``routers/quality.py``
-(issue 24, item 1); until that module is on main it is declared here, and the refit of
-``routers/refit.py`` is written against it, so it layers over either model.
+``TierQuality`` has the shape the routing work defines in ``routers/quality.py`` (issue
+24, item 1: ``tiers``, ``predict``, and ``logits``, which a recalibration works on); until
+that module is on this branch it is declared here, and the refit of ``routers/refit.py``
+is written against it, so it layers over either model.
 ``ComplexityQuality`` reads the shipped complexity model through the protocol, so the
 feedback loop runs on the shipped model today.
 """
@@ -29,6 +30,10 @@ class TierQuality(Protocol):
         """``(n, len(tiers))`` P(acceptable) for ``n`` embeddings and feature rows."""
         ...
 
+    def logits(self, vectors: Array, features: Array) -> Array:
+        """``(n, len(tiers))`` the logits of ``predict`` (what a recalibration works on)."""
+        ...
+
 
 class ComplexityQuality:
     """The complexity model as per-tier quality: the smallest tier is acceptable when the
@@ -50,3 +55,7 @@ class ComplexityQuality:
         if self._large is not None and len(self.tiers) > 2:
             out[:, 1:-1] = (1.0 - heads[:, self._large])[:, None]
         return np.clip(out, FLOOR, 1.0 - FLOOR).astype(np.float32)
+
+    def logits(self, vectors: Array, features: Array) -> Array:
+        p = self.predict(vectors, features)
+        return np.log(p / (1.0 - p)).astype(np.float32)

@@ -36,6 +36,9 @@ class Flat:
     def predict(self, vectors: Array, features: Array) -> Array:
         return np.full((len(vectors), len(self.tiers)), 0.5, np.float32)
 
+    def logits(self, vectors: Array, features: Array) -> Array:
+        return np.zeros((len(vectors), len(self.tiers)), np.float32)
+
 
 def traffic(n: int, seed: int, flip: bool = False, tier: int = 0) -> LabelSet:
     """Requests of two kinds (along one direction of the embedding); the smallest tier's
@@ -130,6 +133,8 @@ def test_the_complexity_model_read_per_tier() -> None:
     assert np.allclose(three[:, 2], 1 - FLOOR)  # the reference tier
     two = ComplexityQuality(model, ("cheap", "dear")).predict(vectors, features)
     assert np.allclose(two[:, 0], three[:, 0]) and np.allclose(two[:, 1], 1 - FLOOR)
+    logits = ComplexityQuality(model, TIERS).logits(vectors, features)
+    assert np.allclose(1 / (1 + np.exp(-logits)), three, atol=1e-6)
 
 
 def test_accuracy_at_equal_cost() -> None:
