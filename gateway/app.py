@@ -27,6 +27,7 @@ from gateway.admin_auth import weak_admin_key
 from gateway.cache.build import close_cache, open_cache
 from gateway.cluster import join_cluster
 from gateway.error_boundary import install_error_handling
+from gateway.feedback.build import open_feedback
 from gateway.hold import Money
 from gateway.http import GatewayRoute
 from gateway.metrics import GatewayMetrics
@@ -39,12 +40,14 @@ from gateway.routes import (
     admin_audit,
     admin_budgets,
     admin_cache,
+    admin_feedback,
     admin_keys,
     admin_tenants,
     chat,
     completions,
     embeddings,
     explain,
+    feedback,
     health,
     load,
     metrics,
@@ -150,6 +153,9 @@ async def build_state(
             config.admin.failures_per_minute, config.admin.failures_per_minute_total
         ),
     )
+    state.feedback = await open_feedback(
+        config, store, pools, budgets, journal, state.classifier, notes
+    )
     state.core = serving_core(state)
     return state
 
@@ -177,6 +183,7 @@ def serving_core(state: GatewayState) -> ServingCore:
         served_embedder=state.served_embedder,
         readiness=state.readiness,
         responses=state.responses,
+        feedback=state.feedback,
     )
     return ServingCore(state.config, parts)
 
@@ -277,6 +284,8 @@ async def _served_embedder(
 
 
 async def close_state(state: GatewayState) -> None:
+    if state.feedback is not None:
+        await state.feedback.aclose(state.config)
     if state.background:
         await asyncio.wait(set(state.background), timeout=10)
     replicas = [r for group in state.replicas.values() for r in group]
@@ -309,8 +318,9 @@ def create_app(
         app.state.tiergate_cluster = cluster = await join_cluster(state)
         reloads: set[asyncio.Task[None]] = set()
         hup = config_source is not None and install_sighup(state, reloads)
-        key_poller = asyncio.create_task(poll_keys(state))
-        replayer = asyncio.create_task(replay_journal(state))
+        loops = [asyncio.create_task(poll_keys(state)), asyncio.create_task(replay_journal(state))]
+        if state.feedback is not None:  # records, the serving model, refits
+            loops.append(asyncio.create_task(state.feedback.run(lambda: state.config)))
         state.readiness.ready = True
         # Long-lived startup objects leave the GC's young generations: shorter pauses later.
         gc.collect()
@@ -323,9 +333,9 @@ def create_app(
         finally:
             gc.set_threshold(*thresholds)
             state.readiness.ready = False
-            key_poller.cancel()
-            replayer.cancel()
-            await asyncio.gather(key_poller, replayer, return_exceptions=True)
+            for loop_task in loops:
+                loop_task.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
             if hup:
                 remove_sighup()
             await cluster.aclose()
@@ -349,9 +359,11 @@ def create_app(
         embeddings.router,
         models.router,
         explain.router,
+        feedback.router,
         load.router,
         admin_budgets.router,
         admin_cache.router,
+        admin_feedback.router,
         admin_keys.router,
         admin_tenants.router,
         admin_audit.router,

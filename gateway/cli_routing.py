@@ -101,6 +101,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     from routers.offline import cached_embed, embed_texts, embedding_cache_path
     from routers.training import TrainOptions, fit
 
+    if args.from_traffic:
+        from gateway.feedback.cli import train_from_traffic
+
+        return train_from_traffic(args)
     spec = _spec(_config(args.config), None)
     try:
         examples = datasets.load_operator(args.data) if args.data else []
@@ -133,6 +137,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         calibration_folds=args.calibration_folds,
     )
     model = fit(examples, vectors, embedder.name, options, info)
+    args.out = args.out or Path("complexity.npz")
     model.save(args.out)
     print(f"wrote {args.out}: heads {', '.join(model.heads)}, {len(examples)} examples")
     return 0
@@ -302,7 +307,17 @@ def add_commands(sub: Any) -> None:
     train = sub.add_parser("train-classifier", help="train the complexity classifier")
     train.add_argument("--data", type=Path, default=None, help="your labelled CSV/JSONL")
     train.add_argument("--with-shared", action="store_true", help="add the shipped data")
-    train.add_argument("--out", type=Path, default=Path("complexity.npz"))
+    train.add_argument(
+        "--out", type=Path, default=None, help="complexity.npz (--from-traffic: refit.npz)"
+    )
+    train.add_argument(
+        "--from-traffic",
+        action="store_true",
+        help="refit from the labels routing.feedback gathered in the shared store",
+    )
+    train.add_argument(
+        "--publish", action="store_true", help="--from-traffic: serve an accepted refit"
+    )
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--c", type=float, default=0.05, help="inverse L2 strength")
     train.add_argument("--length-prior", type=float, default=1.0)

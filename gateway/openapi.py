@@ -22,12 +22,14 @@ from gateway.wire.chat import ChatCompletionRequest
 from gateway.wire.completions import CompletionRequest
 from gateway.wire.embeddings import EmbeddingRequest
 from gateway.wire.errors import ErrorResponse
+from gateway.wire.feedback import FeedbackRequest
 from gateway.wire.responses import CreateResponse
 
 BODY_MODELS: tuple[type[BaseModel], ...] = (
     ChatCompletionRequest,
     CompletionRequest,
     EmbeddingRequest,
+    FeedbackRequest,
     CreateResponse,
     BudgetUpdate,
     KeyCreate,

@@ -26,6 +26,7 @@ from gateway.admin_auth import require_admin
 from gateway.errors import InvalidRequest
 from gateway.routes.admin_audit import record
 from gateway.state import GatewayState, get_state
+from policies.feedback_spec import JudgeSpec
 from policies.loader import ConfigError
 from policies.schema import GatewayConfig
 from policies.tenants import KeyRing
@@ -50,6 +51,10 @@ def _stands_for(config: GatewayConfig) -> dict[str, str]:
     return {} if objective is None else dict(objective.reference)
 
 
+def _judge(config: GatewayConfig) -> JudgeSpec | None:
+    return None if config.routing.feedback is None else config.routing.feedback.judge
+
+
 def _needs_restart(old: GatewayConfig, new: GatewayConfig) -> list[str]:
     fixed = {
         "engines": (old.engines, new.engines),
@@ -57,6 +62,8 @@ def _needs_restart(old: GatewayConfig, new: GatewayConfig) -> list[str]:
         "routing.classifier": (old.routing.classifier, new.routing.classifier),
         # which quality head each tier stands for is fixed when the model is loaded
         "routing.objective.reference": (_stands_for(old), _stands_for(new)),
+        # built at startup: the feedback loop (on or off) and its judge
+        "routing.feedback.judge": (_judge(old), _judge(new)),
         "server": (old.server, new.server),
         "redis_url": (old.redis_url, new.redis_url),
         "redis_cluster": (old.redis_cluster, new.redis_cluster),

@@ -27,6 +27,7 @@ from gateway import observe
 from gateway.cache.record import CachedResponse, Recorder
 from gateway.cache.service import PromptCache
 from gateway.errors import GatewayTimeout, from_engine_error
+from gateway.feedback.service import Feedback
 from gateway.hold import Hold, Money
 from gateway.metrics import GatewayMetrics
 from gateway.outcome import Charges, Outcome, Progress, conclude
@@ -63,6 +64,7 @@ class Collaborators:
     served_embedder: ServedEmbedder | None  # the classifier's MiniLM, for /v1/embeddings
     readiness: Readiness
     responses: ResponseStore  # stored /v1/responses, per API key
+    feedback: Feedback | None = None  # ``routing.feedback``: records, shadows, refits
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +82,7 @@ class ServingCore:
 
     def run(self, routed: RoutedRequest) -> Run:
         parts = self.parts
-        return Run(routed, parts.pools, parts.money, parts.metrics)
+        return Run(routed, parts.pools, parts.money, parts.metrics, parts.feedback)
 
 
 class Run:
@@ -97,6 +99,7 @@ class Run:
         pools: Mapping[str, EnginePool],
         money: Money,
         metrics: GatewayMetrics,
+        feedback: Feedback | None = None,
     ) -> None:
         self.routed = routed
         self.config = routed.config
@@ -116,6 +119,10 @@ class Run:
         self._generation = self.trace.start(GENERATION)
         self._draining = False
         self._recorder: Recorder | None = None
+        # routing.feedback: a sampled request collects its answer for the judge
+        self.feedback = feedback
+        self._tap = feedback.tap(routed) if feedback is not None else None
+        self._fed = False
 
     @property
     def request_id(self) -> str:
@@ -241,6 +248,8 @@ class Run:
         self._primed(stream, await anext(stream))
 
     def _count(self, chunk: Chunk) -> None:
+        if self._tap is not None:
+            self._tap.add(chunk.text)
         if chunk.text or chunk.tool_calls:
             progress = self.progress
             progress.streamed_chunks += 1
@@ -331,6 +340,9 @@ class Run:
         if self._stream is not None and not self._draining:
             self._draining = True
             await _aclose(self._stream)
+        if self.feedback is not None and not self._fed:
+            self._fed = True  # once per request: its record, and its shadow pair when sampled
+            self.feedback.finished(self.routed, self._end("cancelled", None), self._tap)
         await self.hold.close()
 
     def headers(self) -> dict[str, str]:

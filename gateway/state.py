@@ -16,6 +16,7 @@ from starlette.requests import Request
 
 from backends.pool import EnginePool, Replica
 from gateway.cache.service import PromptCache
+from gateway.feedback.service import Feedback
 from gateway.metrics import GatewayMetrics
 from gateway.objective import ObjectiveLambda
 from gateway.responses_store import ResponseStore
@@ -68,6 +69,7 @@ class GatewayState:
     admin_guesses: GuessThrottle = field(default_factory=lambda: GuessThrottle(5, 50))
     # What requests run on: ``config`` and the collaborators above (``gateway.app``).
     core: ServingCore = field(init=False)
+    feedback: Feedback | None = None  # ``routing.feedback``: shadows, verdicts, refits
 
 
 def get_state(request: Request) -> GatewayState:

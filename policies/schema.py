@@ -14,6 +14,7 @@ from pydantic import (
 
 from policies.embedding_spec import EmbeddingSpec, embedding_problems
 from policies.engine_spec import EngineSpec, TierSpec
+from policies.feedback_spec import FeedbackConfig, feedback_problems
 from policies.frozen import Frozen
 from policies.part_tokens import PartTokens
 from policies.responses_spec import ResponsesConfig
@@ -252,6 +253,7 @@ class RoutingConfig(Frozen):
     # recent traffic (shared by replicas) so that the objective holds: routers/objective.py.
     objective: ObjectiveConfig | None = None
     target: TargetShareConfig = TargetShareConfig()
+    feedback: FeedbackConfig | None = None  # learn from traffic (policies/feedback_spec.py)
 
     @model_validator(mode="after")
     def _ordered(self) -> RoutingConfig:
@@ -407,6 +409,8 @@ class GatewayConfig(Frozen):
             problems.append(f"routing.default_tier {self.routing.default_tier!r} is not a tier")
         problems.extend(_target_share_problems(self.routing.target_share, list(self.tiers)))
         problems.extend(_objective_problems(self.routing, list(self.tiers)))
+        served = {spec.model for spec in self.engines.values()}
+        problems.extend(feedback_problems(self.routing.feedback, list(self.tiers), served))
         for tenant_name, tenant in self.tenants.items():
             named = (
                 tenant.default_tier,
@@ -427,7 +431,6 @@ class GatewayConfig(Frozen):
         for spec in self.engines.values():
             if spec.model not in self.prices:
                 problems.append(f"model {spec.model!r} has no entry in prices")
-        served = {spec.model for spec in self.engines.values()}
         for model in sorted(set(self.budgets.part_tokens) - served):
             problems.append(f"budgets.part_tokens names {model!r}, which no engine serves")
         local = self.routing.classifier is not None

@@ -19,6 +19,7 @@ from typing import TypeVar, cast
 
 from policies.audit import AuditLog
 from policies.budget import BudgetStore
+from policies.feedback_store import FeedbackStore
 from policies.keys import KeyStore
 from policies.ledger import Ledger
 from policies.ratelimit import RateLimiter
@@ -131,6 +132,18 @@ def _redis_shares(store: Store) -> ShareStore:
     return RedisShareStore(redis_owner(store))
 
 
+def _memory_feedback(store: Store) -> FeedbackStore:
+    from policies.feedback_store import MemoryFeedbackStore
+
+    return MemoryFeedbackStore()
+
+
+def _redis_feedback(store: Store) -> FeedbackStore:
+    from policies.feedback_redis import RedisFeedbackStore
+
+    return RedisFeedbackStore(redis_owner(store))
+
+
 LEDGERS: Mapping[str, Callable[[GatewayConfig, Store], Ledger]] = {
     "memory": _memory_ledger,
     "redis": _redis_ledger,
@@ -157,6 +170,11 @@ AUDIT_LOGS: Mapping[str, Callable[[Store], AuditLog]] = {
 SHARE_STORES: Mapping[str, Callable[[Store], ShareStore]] = {
     "memory": _memory_shares,
     "redis": _redis_shares,
+}
+
+FEEDBACK_STORES: Mapping[str, Callable[[Store], FeedbackStore]] = {
+    "memory": _memory_feedback,
+    "redis": _redis_feedback,
 }
 
 
@@ -191,6 +209,11 @@ def open_audit(store: Store) -> AuditLog:
 def open_share_store(store: Store) -> ShareStore:
     """The score sketches behind ``routing.target_share``, pooled by every replica."""
     return pick(SHARE_STORES, "share store", store.kind)(store)
+
+
+def open_feedback_store(store: Store) -> FeedbackStore:
+    """Records, labels and refits of ``routing.feedback``, shared by every replica."""
+    return pick(FEEDBACK_STORES, "feedback store", store.kind)(store)
 
 
 def redis_owner(store: Store) -> RedisStore:

@@ -93,6 +93,11 @@ class EmbeddingOnce:
         self.text = text
         self._vector: Vector | None = None
 
+    @property
+    def computed(self) -> Vector | None:
+        """The vector, if a stage has already computed it (never computes it)."""
+        return self._vector
+
     async def get(self) -> Vector:
         if self._vector is None:
             self._vector = (await self.embedder.embed([self.text]))[0]

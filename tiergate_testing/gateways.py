@@ -173,7 +173,8 @@ class GatewayProcess:
         self.config_path: Path | None = None
         if config is not None:
             self.config_path = workdir / f"{name}.yaml"
-            self.config_path.write_text(yaml.safe_dump(dict(config)))
+            # The file order matters (tiers are listed cheapest first): keep it.
+            self.config_path.write_text(yaml.safe_dump(dict(config), sort_keys=False))
             self.argv += ["--config", str(self.config_path)]
         self.ready_path = ready_path
         self.ready_headers = dict(ready_headers or {})

@@ -177,16 +177,58 @@ async function cacheFigures() {
   return res.ok ? res.json() : null; // 503: the cache is off or its store is down
 }
 
+// routing.feedback: labels gathered, and each refit's hold-out numbers before and after.
+const num = (v, digits = 3) => (v === null || v === undefined ? "\u2013" : v.toFixed(digits));
+
+function beforeAfter(metrics, name, fmt) {
+  const before = metrics[`${name}_serving`] ?? metrics[`${name}_base`];
+  return `${fmt(before)} \u2192 ${fmt(metrics[`${name}_refit`])}`;
+}
+
+function drawFeedback(f) {
+  $("feedback").hidden = !f.enabled;
+  if (!f.enabled) return;
+  const tiers = f.tiers.filter((t) => f.labels.ever.some((r) => r.tier === t)); // cheapest first
+  const count = (tier, verdict) => f.labels.ever
+    .filter((r) => r.tier === tier && r.verdict === verdict).reduce((n, r) => n + r.count, 0);
+  draw("chart-labels", "bar", tiers, datasets({
+    "acceptable": tiers.map((t) => count(t, "good")), "not acceptable": tiers.map((t) => count(t, "bad")),
+  }), { scales: { x: { stacked: true }, y: { stacked: true, beginAtZero: true, ticks: { precision: 0 } } } });
+  const bySource = (source) => f.labels.ever.filter((r) => r.source === source).reduce((n, r) => n + r.count, 0);
+  $("feedback-summary").textContent = `${f.labels.kept.toLocaleString()} labels kept (at most ` +
+    `${f.labels.max.toLocaleString()}); ever: ${bySource("judge").toLocaleString()} from the judge, ` +
+    `${bySource("client").toLocaleString()} from clients. Shadow share ${pct(f.sample)}; ` +
+    `serving version ${f.serving_version}.`;
+  const body = $("refits").tBodies[0];
+  body.replaceChildren();
+  for (const r of f.refits) {
+    const m = r.metrics;
+    const when = new Date(r.ts * 1000).toISOString().replace("T", " ").slice(0, 19);
+    const cells = [when, r.decision.replace("_", " "), `${r.trained} / ${r.held_out}`,
+      beforeAfter(m, "loss", num), beforeAfter(m, "accuracy", pct),
+      beforeAfter(m, "pairs_accuracy", pct), beforeAfter(m, "pairs_cost", pct), String(r.version), r.reason];
+    const tr = body.insertRow();
+    for (const text of cells) tr.insertCell().textContent = text;
+  }
+  if (!f.refits.length) {
+    const cell = body.insertRow().insertCell();
+    cell.colSpan = 9;
+    cell.className = "empty";
+    cell.textContent = "No refit yet.";
+  }
+}
+
 async function refresh() {
   $("status").textContent = "Loading…";
   try {
-    const [overview, denials, cache] = await Promise.all(
-      [getJSON("overview"), getJSON("denials"), cacheFigures()]);
+    const [overview, denials, cache, feedback] = await Promise.all(
+      [getJSON("overview"), getJSON("denials"), cacheFigures(), getJSON("feedback")]);
     drawOverview(overview);
     drawLatency(overview.latency);
     drawShare(overview.tier_share);
     drawDenials(denials.denials);
     drawCache(cache);
+    drawFeedback(feedback);
     $("status").textContent = `${overview.range.start} to ${overview.range.end} (UTC), updated ${new Date().toLocaleTimeString()}`;
     document.body.dataset.loaded = `${overview.range.start}/${overview.range.end}`;
   } catch (err) {
