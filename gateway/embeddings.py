@@ -50,6 +50,7 @@ class EmbeddingCall:
     principal: Principal
     model: str
     spec: EmbeddingSpec
+    metadata: Mapping[str, str] | None = None  # embeddings take none; for the ledger
 
 
 @dataclass(frozen=True, slots=True)

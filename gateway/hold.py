@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
@@ -95,6 +95,8 @@ class Admitted(Protocol):
     def request_id(self) -> str: ...
     @property
     def principal(self) -> Principal: ...
+    @property
+    def metadata(self) -> Mapping[str, str] | None: ...  # the client's, for the ledger
 
 
 Ending = Callable[[str | None, str | None], Outcome]
@@ -278,7 +280,9 @@ async def admit_worst(
 
 async def settle(money: Money, routed: Admitted, ticket: Ticket, outcome: Outcome) -> None:
     """Charge the outcome's cost against the reservation and append its ledger event."""
-    event = outcome.ledger_event(routed.request_id, routed.principal, ticket.downgraded)
+    event = outcome.ledger_event(
+        routed.request_id, routed.principal, ticket.downgraded, routed.metadata
+    )
     reservation = ticket.held.reservation
     # What the store refuses now is journaled and settled once it is back, never lost.
     if reservation is None:  # failed open: no hold, but the counters still get the spend
@@ -306,7 +310,9 @@ async def correct_tokens(
 async def record_denied(ledger: Ledger, routed: Admitted, outcome: Outcome) -> None:
     """A refused request's ledger event (``kind="denied"``, the reason as its status)."""
     try:
-        await ledger.record(outcome.denial_event(routed.request_id, routed.principal))
+        await ledger.record(
+            outcome.denial_event(routed.request_id, routed.principal, routed.metadata)
+        )
     except StoreUnavailable as exc:
         log.warning("could not record a denied request: %s", exc)
 

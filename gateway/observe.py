@@ -35,6 +35,8 @@ def request_attributes(routed: RoutedRequest) -> dict[str, AttributeValue]:
     }
     if routed.decision.score is not None:
         attributes["tiergate.complexity"] = routed.decision.score
+    for key, tag in (routed.metadata or {}).items():  # the client's annotation
+        attributes[f"tiergate.metadata.{key}"] = tag
     for name, value in (
         ("gen_ai.request.max_tokens", sampling.max_tokens),
         ("gen_ai.request.temperature", sampling.temperature),

@@ -9,6 +9,7 @@ written from that one ``Outcome``, so they agree for every ending.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from backends.base import Usage
@@ -73,8 +74,15 @@ class Outcome:
     classify_s: float | None
     dispatched: bool
 
-    def ledger_event(self, request_id: str, principal: Principal, downgraded: bool) -> SpendEvent:
-        """The spend event the ledger keeps of this request."""
+    def ledger_event(
+        self,
+        request_id: str,
+        principal: Principal,
+        downgraded: bool,
+        metadata: Mapping[str, str] | None = None,
+    ) -> SpendEvent:
+        """The spend event the ledger keeps of this request (with the client's
+        ``metadata``)."""
         usage = self.usage
         return SpendEvent(
             ts=now(),
@@ -94,9 +102,12 @@ class Outcome:
             latency_ms=self.latency_s * 1000,
             ttft_ms=(self.first_token_s or self.latency_s) * 1000,
             downgraded=downgraded,
+            metadata=metadata,
         )
 
-    def denial_event(self, request_id: str, principal: Principal) -> SpendEvent:
+    def denial_event(
+        self, request_id: str, principal: Principal, metadata: Mapping[str, str] | None = None
+    ) -> SpendEvent:
         """A refused request's event (``kind="denied"``, the reason as its status)."""
         return SpendEvent(
             ts=now(),
@@ -107,6 +118,7 @@ class Outcome:
             model=self.model,
             kind="denied",
             status=self.denied or "refused",
+            metadata=metadata,
         )
 
 

@@ -43,10 +43,13 @@ async def serve(request: Request, call: TenantCall, wire: WireFormat[Body]) -> R
         include_usage=body.include_usage,
         cache_control=request.headers.get("cache-control"),
         forced_tier=request.headers.get("x-tiergate-tier"),
+        metadata=body.metadata,
     )
+    compat = body.compat()
     routed = await core.route(ask)
     lap("route")
-    return await respond(request, core.run(routed), wire)
+    compat.record()
+    return await respond(request, core.run(routed), wire, compat.headers().items())
 
 
 async def respond(

@@ -67,6 +67,7 @@ class Ask:
     include_usage: bool
     cache_control: str | None = None  # the request's ``Cache-Control`` header
     forced_tier: str | None = None  # the request's ``x-tiergate-tier`` header
+    metadata: Mapping[str, str] | None = None  # the client's annotation: ledger and trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,7 @@ class RoutedRequest:
     embedding: EmbeddingOnce | None = None  # one per request: cache and classifier share it
     complexity: ComplexityScore | None = None
     classify_s: float | None = None  # how long the classification took, when it ran
+    metadata: Mapping[str, str] | None = None  # the client's annotation (no engine sees it)
 
     @property
     def tier(self) -> str:
@@ -160,6 +162,7 @@ async def route(
         embedding=embedding,
         complexity=complexity,
         classify_s=classify_s,
+        metadata=ask.metadata or None,
     )
 
 

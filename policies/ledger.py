@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Protocol
+
+import orjson
 
 from policies.latency_buckets import bucket_of
 
@@ -46,9 +48,18 @@ class SpendEvent:
     latency_ms: float = 0.0
     ttft_ms: float = 0.0
     downgraded: bool = False
+    # The client's ``metadata`` (≤ 16 string pairs): an annotation, in no aggregate.
+    metadata: Mapping[str, str] | None = None
 
     def to_fields(self) -> dict[str, str]:
-        return {k: str(int(v) if isinstance(v, bool) else v) for k, v in asdict(self).items()}
+        out = {
+            k: str(int(v) if isinstance(v, bool) else v)
+            for k, v in asdict(self).items()
+            if k != "metadata"
+        }
+        if self.metadata:  # JSON; left out when there is none (most requests)
+            out["metadata"] = orjson.dumps(self.metadata).decode()
+        return out
 
     @classmethod
     def from_fields(cls, raw: dict[str, str]) -> SpendEvent:
@@ -58,7 +69,9 @@ class SpendEvent:
                 continue
             text = raw[f.name]
             kind = f.type if isinstance(f.type, str) else f.type.__name__
-            if kind == "bool":
+            if f.name == "metadata":
+                values[f.name] = orjson.loads(text)
+            elif kind == "bool":
                 values[f.name] = text in ("1", "True", "true")
             elif kind == "int":
                 values[f.name] = int(text)

@@ -75,6 +75,7 @@ async def create_response(request: Request, call: TenantDep) -> Response:
         include_usage=True,
         cache_control=request.headers.get("cache-control"),
         forced_tier=request.headers.get("x-tiergate-tier"),
+        metadata=body.metadata,
     )
     routed = await core.route(ask)
     lap("route")

@@ -11,7 +11,6 @@ from backends.base import GenerationRequest, SamplingParams
 from backends.messages import PART_MODALITIES
 from gateway.routing import new_request_id
 from gateway.wire.common import SamplingFields
-from gateway.wire.fields import passthrough_fields
 
 
 class ChatMessage(BaseModel):
@@ -151,9 +150,6 @@ class ChatCompletionRequest(SamplingFields):
         if self.response_format is None:
             return None
         return self.response_format.model_dump(exclude_none=True, by_alias=True)
-
-    def passthrough(self) -> dict[str, Any]:
-        return passthrough_fields(self.model_extra)
 
 
 def to_generation(body: ChatCompletionRequest) -> GenerationRequest:

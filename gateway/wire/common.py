@@ -2,15 +2,37 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from backends.base import TokenLogprob
+from gateway.compat import Compat
 from gateway.errors import InvalidRequest
+from gateway.wire.fields import passthrough_fields
 
 M = TypeVar("M", bound=BaseModel)
+
+
+# OpenAI's bounds on ``metadata`` (chat, completions, responses): annotation only.
+METADATA_KEYS, METADATA_KEY_CHARS, METADATA_VALUE_CHARS = 16, 64, 512
+
+
+def _bounded(pairs: dict[str, str]) -> dict[str, str]:
+    if len(pairs) > METADATA_KEYS:
+        raise ValueError(f"at most {METADATA_KEYS} key-value pairs, not {len(pairs)}")
+    for key, value in pairs.items():
+        if len(key) > METADATA_KEY_CHARS:
+            raise ValueError(f"the key {key[:16]!r}… is over {METADATA_KEY_CHARS} characters")
+        if len(value) > METADATA_VALUE_CHARS:
+            raise ValueError(f"the value of {key!r} is over {METADATA_VALUE_CHARS} characters")
+    return pairs
+
+
+# A request's annotation: string keys and values, within OpenAI's bounds (else a 400
+# naming ``metadata``). The gateway records it (ledger event, trace); it changes no output.
+Metadata = Annotated[dict[str, str], AfterValidator(_bounded)]
 
 
 class StreamOptions(BaseModel):
@@ -35,6 +57,7 @@ class SamplingFields(BaseModel):
     user: str | None = None
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    metadata: Metadata | None = None
 
     @property
     def include_usage(self) -> bool:
@@ -44,6 +67,22 @@ class SamplingFields(BaseModel):
         if self.stop is None:
             return ()
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+    def passthrough(self) -> dict[str, Any]:
+        """The fields beyond the modelled ones, for engines that forward them to an
+        OpenAI-compatible server (a 400 naming the first elsewhere). ``metadata`` joins
+        them only with ``store: true``, what OpenAI keeps it for; else it is the
+        gateway's alone (ledger, trace) and no engine sees it."""
+        extra = passthrough_fields(self.model_extra)
+        if self.metadata and "store" in extra:
+            extra["metadata"] = self.metadata
+        return extra
+
+    def compat(self) -> Compat:
+        """``metadata`` that no engine is sent is named as ignored (``x-tiergate-ignored``)."""
+        if self.metadata and "store" not in passthrough_fields(self.model_extra):
+            return Compat(ignored=("metadata",))
+        return Compat()
 
 
 def logprobs_body(entries: tuple[TokenLogprob, ...] | None) -> dict[str, Any] | None:

@@ -4,15 +4,12 @@ and its translation to a ``GenerationRequest`` (the answer side:
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import Field
 
 from backends.base import GenerationRequest, SamplingParams
 from gateway.errors import InvalidRequest
 from gateway.routing import new_request_id
 from gateway.wire.common import SamplingFields
-from gateway.wire.fields import passthrough_fields
 
 
 class CompletionRequest(SamplingFields):
@@ -24,10 +21,6 @@ class CompletionRequest(SamplingFields):
         if len(self.prompt) != 1:
             raise ValueError("only one prompt per request is supported")
         return self.prompt[0]
-
-    def passthrough(self) -> dict[str, Any]:
-        """``logprobs``, ``echo``, ``suffix``, ``best_of``… : for remote backends only."""
-        return passthrough_fields(self.model_extra)
 
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for this endpoint

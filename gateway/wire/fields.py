@@ -5,7 +5,8 @@ is the table for readers; ``tests/gateway/test_fields.py`` checks it per backend
 declare that capability, 400 naming the field elsewhere. ``passthrough``: only an engine
 that forwards the request to an OpenAI-compatible server honours it (400 elsewhere); a
 field not listed here is treated the same way. ``info``: accepted everywhere, it changes
-no output (an end-user id for the operator's logs).
+no output (an end-user id for the operator's logs; ``metadata``, recorded on the
+request's ledger event and trace, and sent to an engine only alongside ``store: true``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ CHAT_FIELDS: dict[str, str] = {
     "verbosity": "passthrough",
     "service_tier": "passthrough",
     "store": "passthrough",
-    "metadata": "passthrough",
+    "metadata": "info",  # bounded as OpenAI bounds it (gateway.wire.common.Metadata)
     "web_search_options": "passthrough",
     "prompt_cache_key": "passthrough",
     "safety_identifier": "passthrough",

@@ -3,7 +3,9 @@
 A format is four functions and a framing (``gateway.respond.serve`` runs them):
 
 - ``parse(raw) -> body``: the body, validated (400 naming the field otherwise); the
-  body has ``model``, ``stream`` and ``include_usage``;
+  body has ``model``, ``stream``, ``include_usage``, the client's ``metadata`` (recorded
+  on the ledger event and the trace) and ``compat()``: the hints it carries
+  (``gateway.compat``, named in ``x-tiergate-ignored``);
 - ``to_generation(body) -> GenerationRequest``: what the engine is asked;
 - ``whole(run, text, final) -> dict``: the whole answer, from the text the run produced
   and its final ``Chunk`` (finish reason, usage, tool calls, every token's logprobs);
@@ -19,11 +21,12 @@ once the run has opened) and whether the client asked for usage in the stream.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from backends.base import Chunk, GenerationRequest
+from gateway.compat import Compat
 from gateway.sse import OPENAI_SSE, Event, Framing
 
 
@@ -34,6 +37,9 @@ class WireBody(Protocol):
     def stream(self) -> bool: ...
     @property
     def include_usage(self) -> bool: ...
+    @property
+    def metadata(self) -> Mapping[str, str] | None: ...
+    def compat(self) -> Compat: ...
 
 
 class RunView(Protocol):

@@ -12,11 +12,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from gateway.compat import Compat, FieldKind, review, unsupported
+from gateway.wire.common import Metadata
 
 FunctionName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
-MetadataKey = Annotated[str, Field(max_length=64)]
-MetadataValue = Annotated[str, Field(max_length=512)]
 
 
 class _Item(BaseModel):
@@ -185,7 +184,7 @@ class CreateResponse(BaseModel):
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     text: TextConfig | None = None
-    metadata: dict[MetadataKey, MetadataValue] | None = Field(None, max_length=16)
+    metadata: Metadata | None = None
     store: bool = True
     previous_response_id: str | None = None
     background: bool | None = None
