@@ -105,9 +105,11 @@ def running_gateway(
     *,
     tracer_provider: Any = None,
     start_timeout_s: float = 120.0,
+    server_options: Mapping[str, Any] | None = None,
 ) -> Iterator[RunningGateway]:
     """A real uvicorn server for ``config`` in a background thread, on its own loop (started
-    once its engines are: ``start_timeout_s`` bounds that)."""
+    once its engines are: ``start_timeout_s`` bounds that); ``server_options`` override
+    uvicorn settings (``http=`` a protocol class)."""
     os.environ.setdefault("TIERGATE_TEST_KEY", TEST_KEY)
     os.environ.setdefault("TIERGATE_OTHER_KEY", OTHER_KEY)
     if isinstance(config, dict):
@@ -116,7 +118,9 @@ def running_gateway(
     app = create_app(config, config_source, tracer_provider=tracer_provider)
     # The same hardened uvicorn settings as ``tiergate serve`` (gateway.server).
     server = uvicorn.Server(
-        server_config(app, config, host="127.0.0.1", port=port, log_level="warning")
+        server_config(
+            app, config, host="127.0.0.1", port=port, log_level="warning", **(server_options or {})
+        )
     )
     gateway = RunningGateway(server, port)
 
