@@ -26,14 +26,16 @@ from backends.base import (
     unsupported_field,
 )
 from backends.errors import (
+    ContextExceeded,
     EngineError,
     EngineOverloaded,
     EngineUnavailable,
     UpstreamFailed,
     UpstreamRejected,
 )
-from backends.llamacpp_decode import Job, decode
+from backends.llamacpp_decode import Job, decode, prompt_param
 from backends.llamacpp_tools import build_grammar, render_messages
+from backends.token_bound import fewest_tokens, max_token_bytes
 from backends.tool_calls import tool_plan
 
 _DONE = object()
@@ -84,6 +86,7 @@ class LlamaCppEngine:
         self._llama: Any = None
         self._formatter: Any = None
         self._template = ""
+        self._token_bytes: int | None = None  # ``backends.token_bound``: None, no bound
         self._lock = asyncio.Lock()
         self._waiting = 0
         self._running = 0
@@ -111,6 +114,7 @@ class LlamaCppEngine:
         eos = llama.detokenize([llama.token_eos()]).decode(errors="ignore")
         bos = llama.detokenize([llama.token_bos()]).decode(errors="ignore")
         self._template = template
+        self._token_bytes = max_token_bytes(llama)
         return llama, Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
 
     async def aclose(self) -> None:
@@ -144,6 +148,12 @@ class LlamaCppEngine:
         if field is not None:
             raise UpstreamRejected(f"the llamacpp backend cannot honour {field}", status=400)
         prompt, template_stops = self.render(request)
+        if self._token_bytes is not None:
+            # Certain to be over the context: refused before it waits for the model or
+            # is tokenised (near the limit, ``decode`` counts exactly).
+            least = fewest_tokens(prompt, self._token_bytes)
+            if least >= self.n_ctx:
+                raise ContextExceeded(least, self.n_ctx, at_least=True, param=prompt_param(request))
         plan = tool_plan(request.tools, request.tool_choice)
         try:
             grammar = build_grammar(plan, request.response_format)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backends.base import Chunk, EngineCounters, GenerationRequest, TokenLogprob, Usage
-from backends.errors import UpstreamRejected
+from backends.errors import ContextExceeded
 from backends.llamacpp_tools import ToolCallReader
 from backends.tool_calls import ToolPlan
 
@@ -29,6 +29,11 @@ class Job:
     template_stops: tuple[str, ...]
     plan: ToolPlan
     grammar: str | None
+
+
+def prompt_param(request: GenerationRequest) -> str:
+    """The request field a context error names."""
+    return "prompt" if request.prompt is not None else "messages"
 
 
 def _held_back(text: str, stops: tuple[str, ...]) -> int:
@@ -76,9 +81,8 @@ def decode(
     request, sampling = job.request, job.request.sampling
     prompt_tokens = llama.tokenize(job.prompt.encode(), add_bos=True, special=True)
     if len(prompt_tokens) >= n_ctx:
-        raise UpstreamRejected(
-            f"the prompt has {len(prompt_tokens)} tokens; this model's context is {n_ctx}",
-            status=400,
+        raise ContextExceeded(
+            len(prompt_tokens), n_ctx, at_least=False, param=prompt_param(request)
         )
     max_tokens = min(sampling.max_tokens or default_max_tokens, n_ctx - len(prompt_tokens))
     llama.set_seed(sampling.seed if sampling.seed is not None else random.getrandbits(32))

@@ -202,6 +202,14 @@ def _public_error(exc: engine_errors.EngineError) -> ApiError:
         return Overloaded("no engine is available for this tier", headers={"Retry-After": "2"})
     if isinstance(exc, engine_errors.UpstreamTimeout):
         return GatewayTimeout("the upstream model did not answer in time")
+    if isinstance(exc, engine_errors.ContextExceeded):  # OpenAI's words and code
+        counted = f"at least {exc.tokens}" if exc.at_least else str(exc.tokens)
+        return InvalidRequest(
+            f"This model's maximum context length is {exc.context} tokens. However, your "
+            f"{exc.param} resulted in {counted} tokens.",
+            param=exc.param,
+            code="context_length_exceeded",
+        )
     if isinstance(exc, engine_errors.UpstreamRejected):
         if exc.status in (401, 403):  # the gateway's own credentials: not the client's fault
             return UpstreamError("the upstream provider refused the gateway's credentials")
