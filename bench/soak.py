@@ -2,9 +2,12 @@
 
     python -m bench.soak                          # 200,000 requests per mode, both modes
     python -m bench.soak --requests 30000 --mode memory     # a quick look
+    python -m bench.soak --engine both --mode memory        # passthrough, then fake engine
 
 A local OpenAI-compatible upstream stands in for the engine (its own process, so its
-memory is not the gateway's). tiergate passes through to it with the per-request state
+memory is not the gateway's); with ``--engine fake`` the gateway's own protocol fake
+(``backends/fake.py``, in the gateway process: its memory is counted) answers instead.
+tiergate passes through to it with the per-request state
 switched on: a tenant budget and a key budget (reserve + settle + ledger event), a
 rate limit, and the exact cache (every prompt is new, so every request stores an
 entry). Redis mode runs a private ``redis-server`` on a free loopback port, so its
@@ -109,7 +112,7 @@ class PrivateRedis:
 
 
 def gateway_config(
-    upstream: str, redis_url: str | None, args: argparse.Namespace
+    upstream: str, redis_url: str | None, args: argparse.Namespace, engine: str = "openai"
 ) -> dict[str, Any]:
     cache: dict[str, Any] = {"max_temperature": 2.0, "semantic": args.semantic}
     if args.semantic:
@@ -139,6 +142,11 @@ def gateway_config(
     if args.semantic:
         overlay["cache"] = {"semantic": True, "index": "stream" if redis_url else "auto"}
     config = targets.tiergate_config(upstream, overlay)
+    if engine == "fake":  # the same models, answered in the gateway process
+        config["engines"] = {
+            model: {"backend": "fake", "model": model, "options": {"tokens": 16}}
+            for model in targets.MODELS
+        }
     if redis_url is not None:
         config["redis_url"] = redis_url
     return config
@@ -254,14 +262,16 @@ def _row(sample: Sample) -> dict[str, Any]:
     return {name: getattr(sample, name) for name in Sample.__slots__}
 
 
-def run_mode(mode: str, upstream: Process, args: argparse.Namespace) -> dict[str, Any]:
-    logs = ARTIFACTS / mode
+def run_mode(
+    mode: str, upstream: Process, args: argparse.Namespace, engine: str = "openai"
+) -> dict[str, Any]:
+    logs = ARTIFACTS / f"{mode}-{engine}"
     logs.mkdir(parents=True, exist_ok=True)
     redis = PrivateRedis(logs) if mode == "redis" else None
     gateway: Process | None = None
     try:
-        config = gateway_config(upstream.base_url, redis.url if redis else None, args)
-        gateway = targets.start_tiergate(f"tiergate-{mode}", config, None, logs)
+        config = gateway_config(upstream.base_url, redis.url if redis else None, args, engine)
+        gateway = targets.start_tiergate(f"tiergate-{mode}-{engine}", config, None, logs)
         host, port = gateway.base_url.removeprefix("http://").split(":")
         spec = {
             "host": host,
@@ -276,9 +286,13 @@ def run_mode(mode: str, upstream: Process, args: argparse.Namespace) -> dict[str
             },
         }
         runner = Runner(spec)
-        print(f"{mode}: {args.requests} requests at concurrency {args.concurrency}", flush=True)
+        print(
+            f"{mode}, {engine} engine: {args.requests} requests at concurrency {args.concurrency}",
+            flush=True,
+        )
         samples = asyncio.run(drive(runner, gateway, redis, args))
         result = summarize(mode, samples, runner, args.warmup)
+        result["engine"] = engine
         if redis is not None:
             result["redis_version"] = redis.version
         return result
@@ -298,6 +312,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=200_000)
     parser.add_argument("--mode", choices=["memory", "redis", "both"], default="both")
+    parser.add_argument(
+        "--engine",
+        choices=["openai", "fake", "both"],
+        default="openai",
+        help="openai: passthrough to the upstream process; fake: the in-process fake engine",
+    )
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--sample-every", type=int, default=10_000)
     parser.add_argument("--warmup", type=int, default=40_000)
@@ -310,8 +330,10 @@ def main(argv: list[str] | None = None) -> int:
     upstream = targets.start_upstream(None, ARTIFACTS)
     results = []
     try:
-        for mode in ("memory", "redis") if args.mode == "both" else (args.mode,):
-            results.append(run_mode(mode, upstream, args))
+        engines = ("openai", "fake") if args.engine == "both" else (args.engine,)
+        for engine in engines:
+            for mode in ("memory", "redis") if args.mode == "both" else (args.mode,):
+                results.append(run_mode(mode, upstream, args, engine))
     finally:
         upstream.stop()
     for result in results:
