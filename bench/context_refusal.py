@@ -74,11 +74,17 @@ async def engine_rounds(rounds: int, prompt: str) -> dict[str, list[float]]:
     return times
 
 
-async def gateway_rounds(rounds: int, prompt: str) -> dict[str, list[float]]:
-    config = smollm2_config(replicas=1)
+async def gateway_rounds(
+    rounds: int, prompt: str, default_config: bool = False
+) -> dict[str, list[float]]:
+    """``default_config``: ``tiergate serve`` on config/gateway.yaml (``auto``: the
+    classifier and the semantic cache embed the prompt first), else one replica, a
+    named tier, no embedder."""
+    config = None if default_config else smollm2_config(replicas=1)
+    model = "auto" if default_config else "small"
     times: dict[str, list[float]] = {"3 MB request to its 400": [], "small request beside it": []}
     with tempfile.TemporaryDirectory(prefix="tg-context-") as scratch:
-        env = subprocess_env(TIERGATE_TEST_KEY=TEST_KEY)
+        env = subprocess_env(TIERGATE_TEST_KEY=TEST_KEY, TIERGATE_DEMO_KEY=TEST_KEY)
         with GatewayProcess(config, Path(scratch), env=env) as gateway:
             client = openai.AsyncOpenAI(
                 base_url=gateway.api_url, api_key=TEST_KEY, max_retries=0, timeout=120
@@ -88,7 +94,7 @@ async def gateway_rounds(rounds: int, prompt: str) -> dict[str, list[float]]:
                 started = time.perf_counter()
                 try:
                     await client.chat.completions.create(
-                        model="small", messages=[{"role": "user", "content": prompt}]
+                        model=model, messages=[{"role": "user", "content": prompt}]
                     )
                 except openai.BadRequestError as exc:
                     assert exc.code == "context_length_exceeded", exc
@@ -99,7 +105,7 @@ async def gateway_rounds(rounds: int, prompt: str) -> dict[str, list[float]]:
                 await asyncio.sleep(0.05)  # sent while the big one is in flight
                 started = time.perf_counter()
                 await client.chat.completions.create(
-                    model="small",
+                    model=model,
                     messages=[{"role": "user", "content": "Say hi."}],
                     max_tokens=4,
                     extra_headers={"Cache-Control": "no-cache, no-store"},
@@ -127,14 +133,23 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--megabytes", type=float, default=3.0)
     parser.add_argument("--no-gateway", action="store_true")
+    parser.add_argument("--no-engine", action="store_true")
+    parser.add_argument(
+        "--default-config",
+        action="store_true",
+        help="the gateway on config/gateway.yaml with model auto (classifier, semantic cache)",
+    )
     args = parser.parse_args()
     prompt = big_prompt(args.megabytes)
-    print(f"engine time of a {args.megabytes:g} MB prompt (SmolLM2-135M, n_ctx 2048):")
-    for name, values in asyncio.run(engine_rounds(args.rounds, prompt)).items():
-        print(f"  {name}: {summary(values)}")
+    if not args.no_engine:
+        print(f"engine time of a {args.megabytes:g} MB prompt (SmolLM2-135M, n_ctx 2048):")
+        for name, values in asyncio.run(engine_rounds(args.rounds, prompt)).items():
+            print(f"  {name}: {summary(values)}")
     if not args.no_gateway:
-        print("through tiergate serve (one llama.cpp replica):")
-        for name, values in asyncio.run(gateway_rounds(args.rounds, prompt)).items():
+        where = "config/gateway.yaml, model auto" if args.default_config else "one replica"
+        print(f"through tiergate serve ({where}):")
+        rounds = gateway_rounds(args.rounds, prompt, args.default_config)
+        for name, values in asyncio.run(rounds).items():
             print(f"  {name}: {summary(values)}")
 
 

@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from routers.batching import MicroBatcher
-from routers.embedding import EmbedderUnavailable, minilm_path
+from routers.embedding import EmbedderUnavailable, leading_words, minilm_path
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +178,8 @@ class OnnxEmbedder:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
-        encoded = self._tokenizer.encode_batch(list(texts))
+        limit = self.max_tokens
+        encoded = self._tokenizer.encode_batch([leading_words(t, limit) for t in texts])
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i].ids))
         step = self._rows_per_run
         for start in range(0, len(order), step):

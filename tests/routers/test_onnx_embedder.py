@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
 from policies.schema import ClassifierConfig
 from routers.embedders import build_embedder
-from routers.embedding import EmbeddingOnce, SentenceTransformerEmbedder
+from routers.embedding import (
+    SHORT_CHARS,
+    EmbeddingOnce,
+    SentenceTransformerEmbedder,
+    leading_words,
+)
 from routers.onnx_embedder import OnnxEmbedder, ensure_onnx
 
 TEXTS = [
@@ -68,3 +75,43 @@ def test_one_intra_op_thread_by_default_and_threads_do_not_change_vectors(
     finally:
         two.batcher.close()
     assert np.all(cosine >= 0.9999), cosine
+
+
+def _pool_prompts(count: int) -> list[str]:
+    """Real prompts from the routing pool, the longest first (past SHORT_CHARS)."""
+    import csv
+    import gzip
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "data" / "routing" / "pool.csv.gz"
+    with gzip.open(path, "rt", newline="") as handle:
+        prompts = [row["prompt"] for row in csv.DictReader(handle)]
+    return sorted(prompts, key=len, reverse=True)[:count]
+
+
+def test_a_long_text_is_cut_to_its_head_without_changing_its_tokens(onnx: OnnxEmbedder) -> None:
+    """The cut text gives the tokenizer's same first ``max_tokens`` ids, on real long
+    prompts and on text built to stress it (CJK, punctuation, code, runs of spaces)."""
+    head = "Explain, step by step (with code), how the 東京 metro's fares work; " * 40
+    built = [
+        head + "x" * 5000,
+        head + " " * 50_000 + "tail",
+        "日本語のテキストを分割する。" * 800,
+        "!?.,;:" * 2000,
+        "def f(a,b):\n\treturn a[b] + {'k': (1, 2)}\n" * 300,
+        "é" * 10_000,
+    ]
+    long_ones = _pool_prompts(40) + built
+    assert all(len(t) > SHORT_CHARS for t in built)
+    tokenizer = onnx._tokenizer
+    for text in long_ones:
+        cut = leading_words(text, onnx.max_tokens)
+        assert tokenizer.encode(cut).ids == tokenizer.encode(text).ids, text[:60]
+    big = head * 1000  # ~2.7 MB
+    cut = leading_words(big, onnx.max_tokens)
+    assert len(cut) < 20_000
+    started = time.perf_counter()
+    vectors = onnx.embed_sync([big, cut])
+    took = time.perf_counter() - started
+    assert np.allclose(vectors[0], vectors[1], atol=1e-6)
+    assert took < 2.0, took  # whole, the 2.7 MB tokenise alone took ~15 s on this box
