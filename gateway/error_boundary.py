@@ -1,4 +1,5 @@
-"""The one place an exception becomes what the client sees: OpenAI's error shape.
+"""The one place an exception becomes what the client sees: OpenAI's error shape, or
+Anthropic's on the ``/v1/messages`` route family (``gateway.wire.messages_output``).
 
 - ``ApiError`` (ours): its status, type, code and param.
 - Starlette/FastAPI ``HTTPException`` (unknown route, wrong method): the same shape.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 
+import orjson
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
@@ -24,6 +26,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import ApiError, InvalidRequest, internal_error
+from gateway.wire import messages_output
 
 log = logging.getLogger(__name__)
 
@@ -34,18 +37,36 @@ def error_request_id() -> str:
     return f"req-{os.urandom(12).hex()}"
 
 
-def error_response(error: ApiError, extra_headers: dict[str, str] | None = None) -> Response:
+ANTHROPIC_PATHS = "/v1/messages"  # the route family that answers in Anthropic's shape
+
+
+def error_response(
+    error: ApiError, extra_headers: dict[str, str] | None = None, path: str = ""
+) -> Response:
     headers = {**(extra_headers or {})}
     if REQUEST_ID not in error.headers:
         headers[REQUEST_ID] = error_request_id()
     if error.detail:
         log.info("%s answered %s: %s", headers.get(REQUEST_ID), error.status, error.detail)
+    if path.startswith(ANTHROPIC_PATHS):
+        return anthropic_response(error, headers)
     return error.response(headers)
+
+
+def anthropic_response(error: ApiError, extra_headers: dict[str, str]) -> Response:
+    headers = {**error.headers, **extra_headers}
+    body = messages_output.error_body(error, headers.get(REQUEST_ID))
+    return Response(
+        orjson.dumps(body),
+        status_code=messages_output.error_status(error),
+        media_type="application/json",
+        headers=headers,
+    )
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    return error_response(exc)
+    return error_response(exc, path=request.url.path)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -53,7 +74,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     codes = {404: "not_found", 405: "method_not_allowed"}
     error = ApiError(str(exc.detail), code=codes.get(exc.status_code))
     error.status, error.type = exc.status_code, "invalid_request_error"
-    return error_response(error, dict(exc.headers or {}))
+    return error_response(error, dict(exc.headers or {}), request.url.path)
 
 
 async def _validation_error(request: Request, exc: Exception) -> Response:
@@ -63,7 +84,8 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
     loc = [str(p) for p in first.get("loc", ())]
     param = loc[-1] if loc else None
     message = f"{param or 'request'}: {first.get('msg', 'invalid value')}"
-    return error_response(InvalidRequest(message, param=param, code="invalid_value"))
+    error = InvalidRequest(message, param=param, code="invalid_value")
+    return error_response(error, path=request.url.path)
 
 
 class ErrorBoundary:
@@ -90,7 +112,9 @@ class ErrorBoundary:
             log.exception("%s: unhandled error on %s", request_id, scope.get("path"))
             try:
                 if last is None:  # nothing sent: the response has not started
-                    await internal_error(request_id).response()(scope, receive, send)
+                    path = str(scope.get("path", ""))
+                    answer = error_response(internal_error(request_id), path=path)
+                    await answer(scope, receive, send)
                 elif not _ended(last):
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
             except OSError:

@@ -165,6 +165,12 @@ def bearer_key(request: Request) -> str | None:
     return key if scheme.lower() == "bearer" else None
 
 
+def tenant_key(request: Request) -> str | None:
+    """A tenant key as OpenAI's clients send it (``Authorization: Bearer``), else as
+    Anthropic's do (``x-api-key``); both look up the same key store."""
+    return bearer_key(request) or request.headers.get("x-api-key")
+
+
 async def authenticate(keys: KeyDirectory, key: str | None) -> Principal:
     """The tenant behind a Bearer key (the one place tenant keys are checked: the
     directory of the config's keys and the API-managed ones)."""
@@ -172,7 +178,8 @@ async def authenticate(keys: KeyDirectory, key: str | None) -> Principal:
         key = (key or "").strip()
         if not key:
             raise InvalidApiKey(
-                "You didn't provide an API key (header 'Authorization: Bearer KEY')."
+                "You didn't provide an API key (header 'Authorization: Bearer KEY' or "
+                "'x-api-key: KEY')."
             )
         try:
             principal = await keys.authenticate(key)
@@ -191,13 +198,13 @@ class TenantCall:
 
 
 async def tenant_call(request: Request) -> TenantCall:
-    """The tenant behind the Bearer key (``state.keys`` decides), and the core to run on.
+    """The tenant behind the key (``state.keys`` decides), and the core to run on.
 
     The core is read right after the key resolved (a YAML key resolves without
     suspending, so a policy reload lands wholly before or wholly after the pair): the
     request runs by that one snapshot to its end."""
     state: GatewayState = request.app.state.tiergate
-    principal = await authenticate(state.keys, bearer_key(request))
+    principal = await authenticate(state.keys, tenant_key(request))
     return TenantCall(state.core, principal)
 
 

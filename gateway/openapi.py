@@ -21,8 +21,9 @@ from gateway.wire.admin import BudgetUpdate, KeyCreate, KeyUpdate, TenantCreate,
 from gateway.wire.chat import ChatCompletionRequest
 from gateway.wire.completions import CompletionRequest
 from gateway.wire.embeddings import EmbeddingRequest
-from gateway.wire.errors import ErrorResponse
+from gateway.wire.errors import AnthropicError, ErrorResponse
 from gateway.wire.feedback import FeedbackRequest
+from gateway.wire.messages import CountTokensRequest, MessagesRequest
 from gateway.wire.responses import CreateResponse
 
 BODY_MODELS: tuple[type[BaseModel], ...] = (
@@ -31,6 +32,8 @@ BODY_MODELS: tuple[type[BaseModel], ...] = (
     EmbeddingRequest,
     FeedbackRequest,
     CreateResponse,
+    MessagesRequest,
+    CountTokensRequest,
     BudgetUpdate,
     KeyCreate,
     KeyUpdate,
@@ -82,6 +85,14 @@ _STREAMED: dict[int | str, dict[str, Any]] = {
 }
 GENERATION_ERRORS = {**_STREAMED, **errors(400, 401, 404, 408, 413, 429, 500, 502, 503, 504)}
 ADMIN_ERRORS = errors(400, 401, 403, 404, 429, 500, 503)
+# ``/v1/messages*``: Anthropic's error body and statuses (529: overloaded).
+MESSAGES_ERRORS: dict[int | str, dict[str, Any]] = {
+    **_STREAMED,
+    **{
+        s: {"model": AnthropicError, "description": _MEANING.get(s, "overloaded (Retry-After)")}
+        for s in (400, 401, 403, 404, 408, 413, 429, 500, 502, 503, 504, 529)
+    },
+}
 
 
 def _ref(model: type[BaseModel]) -> dict[str, str]:
