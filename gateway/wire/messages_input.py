@@ -208,9 +208,7 @@ def _result(block: Block, at: str, notes: _Notes) -> Message:
     return {"role": "tool", "tool_call_id": call_id, "content": text}
 
 
-def _tools(
-    body: MessagesRequest, mode: Mode, notes: _Notes
-) -> tuple[tuple[Block, ...], Compat]:
+def _tools(body: MessagesRequest, mode: Mode, notes: _Notes) -> tuple[tuple[Block, ...], Compat]:
     given = body.tools or []
     kinds = [t.type or "custom" for t in given]
     kept, stripped = hosted_tools(kinds, CUSTOM_TOOLS, mode)

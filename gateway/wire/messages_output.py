@@ -157,10 +157,10 @@ class _Blocks:
         if chunk.text:
             if self.open != "text":
                 events.extend(self._start("text", {"type": "text", "text": ""}))
-            delta = {"type": "text_delta", "text": chunk.text}
-            events.append({"type": "content_block_delta", "index": self.index, "delta": delta})
-        for delta in chunk.tool_call_deltas or ():
-            events.extend(self._call_delta(delta))
+            text = {"type": "text_delta", "text": chunk.text}
+            events.append({"type": "content_block_delta", "index": self.index, "delta": text})
+        for fragment in chunk.tool_call_deltas or ():
+            events.extend(self._call_delta(fragment))
         if chunk.finish_reason is not None:
             events.extend(self._finish(chunk))
         return events

@@ -290,7 +290,10 @@ def test_errors_are_anthropics_shape(
     extra = {"top_k": 5} if status == 400 else {}  # no fake engine honours top_k
     with pytest.raises(error) as failed:
         client.messages.create(
-            model=model, max_tokens=8, messages=[{"role": "user", "content": "hi"}], extra_body=extra
+            model=model,
+            max_tokens=8,
+            messages=[{"role": "user", "content": "hi"}],
+            extra_body=extra,
         )
     assert failed.value.status_code == status  # type: ignore[attr-defined]
     assert failed.value.body["error"]["type"] == kind  # type: ignore[attr-defined]
@@ -422,10 +425,17 @@ def test_chat_responses_and_messages_share_a_tier_a_cache_entry_and_a_price(
     question = [{"role": "user", "content": text}]
     oa = openai.OpenAI(base_url=gateway.base_url + "/v1", api_key=TEST_KEY, max_retries=0)
     chat = oa.chat.completions.with_raw_response.create(
-        model="auto", messages=question, max_tokens=32, temperature=0  # type: ignore[arg-type]
+        model="auto",
+        messages=question,
+        max_tokens=32,
+        temperature=0,  # type: ignore[arg-type]
     )
     responses = oa.responses.with_raw_response.create(
-        model="auto", input=question, max_output_tokens=32, temperature=0, store=False  # type: ignore[arg-type]
+        model="auto",
+        input=question,
+        max_output_tokens=32,
+        temperature=0,
+        store=False,  # type: ignore[arg-type]
     )
     messages = client.messages.with_raw_response.create(
         model="auto",
@@ -444,10 +454,16 @@ def test_chat_responses_and_messages_share_a_tier_a_cache_entry_and_a_price(
     assert heads[1]["x-tiergate-cost-usd"] == heads[2]["x-tiergate-cost-usd"]
     bypass = {"cache-control": "no-cache, no-store"}
     live_chat = oa.chat.completions.with_raw_response.create(
-        model="medium", messages=question, max_tokens=32, extra_headers=bypass  # type: ignore[arg-type]
+        model="medium",
+        messages=question,
+        max_tokens=32,
+        extra_headers=bypass,  # type: ignore[arg-type]
     )
     live_messages = client.messages.with_raw_response.create(
-        model="medium", messages=question, max_tokens=32, extra_headers=bypass  # type: ignore[arg-type]
+        model="medium",
+        messages=question,
+        max_tokens=32,
+        extra_headers=bypass,  # type: ignore[arg-type]
     )
     assert live_messages.headers["x-tiergate-cache"] == "bypass"
     assert float(live_messages.headers["x-tiergate-cost-usd"]) == pytest.approx(
