@@ -1,11 +1,12 @@
 """A Messages body → one ``GenerationRequest``, in chat's shape (so the same question is
 the same exact-cache entry and the same price on either endpoint).
 
-``system`` (a string, or text blocks) becomes the first system message; a turn's text
-blocks collapse to one string (chat's string content), images become chat's
-``image_url`` parts (a ``data:`` URL for a base64 source); an assistant's ``tool_use``
-blocks become its ``tool_calls``, a user's ``tool_result`` blocks become ``tool``
-messages before the rest of that turn. ``thinking`` blocks are dropped and named (no
+``system`` (a string, or text blocks) becomes the first system message, and ``system``
+turns inside ``messages`` (Claude Code sends them) join it, as most chat templates take
+one system message and only first. A turn's text blocks collapse to one string (chat's
+string content), images become chat's ``image_url`` parts (a ``data:`` URL for a base64
+source); an assistant's ``tool_use`` blocks become its ``tool_calls``, a user's
+``tool_result`` blocks become ``tool`` messages before the rest of that turn. ``thinking`` blocks are dropped and named (no
 tier here reads them), ``cache_control`` is a hint. Custom tools become chat function
 tools; any other tool type follows the tenant's compatibility policy (removed and named,
 or a 400 under ``compat: strict``).
@@ -46,12 +47,17 @@ def to_generation(body: MessagesRequest, mode: Mode = "lenient") -> Translation:
     notes = _Notes()
     messages: list[Message] = []
     system = _system_text(body.system, "system", notes)
-    if system is not None:
-        messages.append({"role": "system", "content": system})
+    systems = [system] if system is not None else []
     for index, turn in enumerate(body.messages):
-        messages.extend(_turn(turn.role, turn.content, f"messages[{index}]", notes))
-    if not any(m["role"] != "system" for m in messages):
+        where = f"messages[{index}]"
+        if turn.role == "system":  # most chat templates take one system message, first
+            systems.append(_system_text(turn.content, where, notes) or "")
+            continue
+        messages.extend(_turn(turn.role, turn.content, where, notes))
+    if not messages:
         raise InvalidRequest("messages: no turn left to answer", param="messages")
+    if systems:
+        messages.insert(0, {"role": "system", "content": "\n".join(systems)})
     tools, stripped = _tools(body, mode, notes)
     choice, parallel = _tool_choice(body.tool_choice, tools)
     passthrough = {"top_k": body.top_k} if body.top_k is not None else {}
@@ -110,8 +116,6 @@ def _hints(block: Block, notes: _Notes) -> None:
 def _turn(role: str, content: str | list[Block], where: str, notes: _Notes) -> list[Message]:
     if isinstance(content, str):
         return [{"role": role, "content": content}]
-    if role == "system":
-        return [{"role": "system", "content": _system_text(content, where, notes) or ""}]
     parts: list[Block] = []
     calls: list[Block] = []
     results: list[Message] = []
