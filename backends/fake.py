@@ -156,7 +156,9 @@ class FakeEngine:
             return
         limit = request.sampling.max_tokens or self.tokens
         source = self.tool_reply(request) or self.words(request)
-        words, stopped = _cut_at_stop(source[:limit], request.sampling.stop)
+        words, stopped = source[:limit], None
+        if request.sampling.stop:
+            words, stopped = _cut_at_stop(list(words), request.sampling.stop)
         sent = 0
         try:
             if self.first_token_delay_s:

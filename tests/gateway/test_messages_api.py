@@ -299,6 +299,28 @@ def test_errors_are_anthropics_shape(
     assert failed.value.body["error"]["type"] == kind  # type: ignore[attr-defined]
 
 
+class BrokenKeys:
+    async def authenticate(self, key: str) -> None:
+        raise RuntimeError("a bug, not a client's error")
+
+
+def test_an_unexpected_error_is_anthropics_500(gateway: RunningGateway) -> None:
+    keys = gateway.state.keys
+    gateway.state.keys = BrokenKeys()  # type: ignore[assignment]
+    try:
+        answer = httpx.post(
+            gateway.base_url + "/v1/messages",
+            json={"model": "small", "max_tokens": 8, "messages": []},
+            headers={"x-api-key": TEST_KEY},
+        )
+    finally:
+        gateway.state.keys = keys
+    assert answer.status_code == 500
+    body = answer.json()
+    assert body["type"] == "error" and body["error"]["type"] == "api_error"
+    assert "a bug" not in answer.text and body["request_id"] == answer.headers["x-request-id"]
+
+
 def test_an_unknown_messages_path_is_anthropics_404(gateway: RunningGateway) -> None:
     answer = httpx.post(gateway.base_url + "/v1/messages/batches", headers={"x-api-key": TEST_KEY})
     assert answer.status_code in (404, 405)
