@@ -38,6 +38,8 @@ WEATHER = {
 }
 SCRIPT = [{"when": "weather", "call": "get_weather", "arguments": {"city": "Paris", "days": 3}}]
 ASK = "What is the weather in Paris for the next 3 days?"
+LIMITED_KEY = "tg-limited-key-000444555"
+BROKE_KEY = "tg-broke-key-000666777"
 
 
 def config_for(prefix: str) -> dict[str, Any]:
@@ -46,6 +48,14 @@ def config_for(prefix: str) -> dict[str, Any]:
         "keys": [{"id": "strict-1", "from_env": "TIERGATE_STRICT_KEY"}],
         "compat": "strict",
     }
+    config["tenants"]["limited"] = {
+        "keys": [{"id": "limited-1", "from_env": "TIERGATE_LIMITED_KEY"}],
+        "rate_limit": {"requests_per_minute": 1},
+    }
+    config["tenants"]["broke"] = {
+        "keys": [{"id": "broke-1", "from_env": "TIERGATE_BROKE_KEY"}],
+        "budget": {"limit_usd": 0.0, "window": "total"},
+    }
     config["redis_url"], config["redis_prefix"] = REDIS_URL, prefix
     return config
 
@@ -53,6 +63,8 @@ def config_for(prefix: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def gateway() -> Iterator[RunningGateway]:
     os.environ["TIERGATE_STRICT_KEY"] = "tg-strict-key-000222333"
+    os.environ["TIERGATE_LIMITED_KEY"] = LIMITED_KEY
+    os.environ["TIERGATE_BROKE_KEY"] = BROKE_KEY
     with redis_prefix() as prefix, running_gateway(config_for(prefix)) as running:
         yield running
 
@@ -297,6 +309,21 @@ def test_errors_are_anthropics_shape(
         )
     assert failed.value.status_code == status  # type: ignore[attr-defined]
     assert failed.value.body["error"]["type"] == kind  # type: ignore[attr-defined]
+
+
+def test_rate_limits_and_budgets_are_anthropics_429(gateway: RunningGateway) -> None:
+    question: Any = [{"role": "user", "content": f"Once only ({uuid.uuid4()})"}]
+    limited = client_for(gateway, LIMITED_KEY)
+    limited.messages.create(model="small", max_tokens=8, messages=question)
+    with pytest.raises(anthropic.RateLimitError) as throttled:
+        limited.messages.create(model="small", max_tokens=8, messages=question)
+    assert throttled.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
+    with pytest.raises(anthropic.RateLimitError) as broke:
+        client_for(gateway, BROKE_KEY).messages.create(
+            model="small", max_tokens=8, messages=question
+        )
+    assert broke.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
+    assert "quota" in broke.value.body["error"]["message"]  # type: ignore[index]
 
 
 class BrokenKeys:
