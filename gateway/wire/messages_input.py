@@ -6,10 +6,10 @@ turns inside ``messages`` (Claude Code sends them) join it, as most chat templat
 one system message and only first. A turn's text blocks collapse to one string (chat's
 string content), images become chat's ``image_url`` parts (a ``data:`` URL for a base64
 source); an assistant's ``tool_use`` blocks become its ``tool_calls``, a user's
-``tool_result`` blocks become ``tool`` messages before the rest of that turn. ``thinking`` blocks are dropped and named (no
-tier here reads them), ``cache_control`` is a hint. Custom tools become chat function
-tools; any other tool type follows the tenant's compatibility policy (removed and named,
-or a 400 under ``compat: strict``).
+``tool_result`` blocks become ``tool`` messages before the rest of that turn.
+``thinking`` blocks are dropped and named (no tier here reads them), ``cache_control``
+is a hint. Custom tools become chat function tools; any other tool type follows the
+tenant's compatibility policy (removed and named, or a 400 under ``compat: strict``).
 """
 
 from __future__ import annotations

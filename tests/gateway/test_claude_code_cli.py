@@ -66,7 +66,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, workdir: Path) -> Iterator
         yield process
 
 
-def claude_p(home: Path, work: Path, base_url: str, prompt: str) -> subprocess.CompletedProcess[str]:
+def claude_p(
+    home: Path, work: Path, base_url: str, prompt: str
+) -> subprocess.CompletedProcess[str]:
     """``claude -p PROMPT`` against ``base_url``, bounded by a timeout."""
     home.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE_"))}
@@ -90,9 +92,7 @@ def claude_p(home: Path, work: Path, base_url: str, prompt: str) -> subprocess.C
 
 
 def messages_calls(recorded: list[Recorded]) -> list[Recorded]:
-    return [
-        r for r in recorded if r.method == "POST" and r.path.split("?")[0] == "/v1/messages"
-    ]
+    return [r for r in recorded if r.method == "POST" and r.path.split("?")[0] == "/v1/messages"]
 
 
 def blocks_of(call: Recorded, kind: str) -> list[dict[str, Any]]:

@@ -9,9 +9,9 @@ import httpx
 
 from gateway.errors import ApiError, InvalidRequest
 from gateway.openapi import BODY_MODELS
+from gateway.wire import messages_output
 from gateway.wire.admin import TenantCreate, TenantUpdate
 from gateway.wire.chat import ChatCompletionRequest
-from gateway.wire import messages_output
 from gateway.wire.errors import AnthropicError, ErrorResponse
 from policies.schema import TenantSpec
 from tiergate_testing.configs import fake_config
