@@ -38,6 +38,7 @@ WEATHER = {
 }
 SCRIPT = [{"when": "weather", "call": "get_weather", "arguments": {"city": "Paris", "days": 3}}]
 ASK = "What is the weather in Paris for the next 3 days?"
+PNG = "iVBORw0KGgo="  # a PNG signature: what the part pricing reads is its rule
 LIMITED_KEY = "tg-limited-key-000444555"
 BROKE_KEY = "tg-broke-key-000666777"
 
@@ -56,6 +57,8 @@ def config_for(prefix: str) -> dict[str, Any]:
         "keys": [{"id": "broke-1", "from_env": "TIERGATE_BROKE_KEY"}],
         "budget": {"limit_usd": 0.0, "window": "total"},
     }
+    config["engines"]["fake-large"]["modalities"] = ["text", "image"]
+    config["budgets"] = {"part_tokens": {"fake-large": {"image": 1000}}}  # priced: needs a rule
     config["redis_url"], config["redis_prefix"] = REDIS_URL, prefix
     return config
 
@@ -99,6 +102,23 @@ def test_create_answers_with_a_message(client: anthropic.Anthropic) -> None:
     assert message.usage.input_tokens > 0 and message.usage.output_tokens == 8
     assert raw.headers["x-tiergate-tier"] == "small"
     assert float(raw.headers["x-tiergate-cost-usd"]) > 0
+
+
+def test_image_blocks_take_the_content_part_path(client: anthropic.Anthropic) -> None:
+    content: Any = [
+        {"type": "text", "text": "What is this?"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},
+    ]
+    raw = client.messages.with_raw_response.create(
+        model="auto", max_tokens=8, messages=[{"role": "user", "content": content}]
+    )
+    assert raw.headers["x-tiergate-tier"] == "large"  # auto moved it to the tier that reads images
+    assert raw.parse().content[0].type == "text"
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        client.messages.create(
+            model="small", max_tokens=8, messages=[{"role": "user", "content": content}]
+        )
+    assert "image" in refused.value.body["error"]["message"]  # type: ignore[index]
 
 
 def test_max_tokens_and_stop_sequences_end_the_answer(client: anthropic.Anthropic) -> None:
