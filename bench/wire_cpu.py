@@ -21,7 +21,6 @@ from typing import Any
 import orjson
 
 from backends.base import Chunk, Usage
-from gateway.sse import OPENAI_SSE, Framing, named_events, sse
 from gateway.wire import chat_render, messages_output, responses_output
 from gateway.wire.chat import ChatCompletionRequest
 from gateway.wire.chat import to_generation as chat_generation
@@ -30,6 +29,7 @@ from gateway.wire.messages import MessagesRequest
 from gateway.wire.messages_input import to_generation as messages_generation
 from gateway.wire.responses import CreateResponse
 from gateway.wire.responses_input import to_generation as responses_generation
+from gateway.wire.sse import OPENAI_SSE, Framing, named_events, sse
 
 MESSAGES = [  # bench/overhead.py's request
     {"role": "system", "content": "You are a helpful assistant."},

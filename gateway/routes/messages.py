@@ -7,7 +7,7 @@ translation (``gateway.wire.messages_input``) and the rendering
 (``gateway.wire.messages_output``) are its own. The key comes as ``x-api-key`` or as a
 Bearer token; ``anthropic-version`` is accepted, each ``anthropic-beta`` flag is a hint
 named in ``x-tiergate-ignored`` (``anthropic-beta:FLAG``) with the body's own hints.
-Errors on this family are in Anthropic's shape (``gateway.error_boundary``).
+Errors on this family are in Anthropic's shape (``gateway.edge.error_boundary``).
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.compat import Compat
-from gateway.deps import TenantDep
-from gateway.http import TracedRoute, read_body
-from gateway.openapi import MESSAGES_ERRORS, request_body
-from gateway.respond import respond
-from gateway.routing import Ask
-from gateway.spend import prompt_upper_tokens
-from gateway.timing import lap
-from gateway.tracing import current_trace
+from gateway.core.respond import respond
+from gateway.core.timing import lap
+from gateway.edge.deps import TenantDep
+from gateway.edge.http import TracedRoute, read_body
+from gateway.edge.openapi import MESSAGES_ERRORS, request_body
+from gateway.money.spend import prompt_upper_tokens
+from gateway.routing.route import Ask
+from gateway.telemetry.tracing import current_trace
 from gateway.wire.common import parse_body
+from gateway.wire.compat import Compat
 from gateway.wire.format import WireFormat
 from gateway.wire.messages import CountTokensRequest, MessagesRequest
 from gateway.wire.messages_input import to_generation

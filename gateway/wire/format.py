@@ -1,6 +1,6 @@
 """What a wire format implements to be served over the serving core.
 
-A format is four functions and a framing (``gateway.respond.serve`` runs them):
+A format is four functions and a framing (``gateway.core.respond.serve`` runs them):
 
 - ``parse(raw) -> body``: the body, validated (400 naming the field otherwise); the
   body has ``model``, ``stream`` and ``include_usage``;
@@ -8,7 +8,7 @@ A format is four functions and a framing (``gateway.respond.serve`` runs them):
 - ``whole(run, text, final) -> dict``: the whole answer, from the text the run produced
   and its final ``Chunk`` (finish reason, usage, tool calls, every token's logprobs);
 - ``events(run, chunks) -> AsyncIterator[dict]``: the stream, from the run's chunks;
-- ``framing`` (``gateway.sse``): how each event is written, the stream's last bytes,
+- ``framing`` (``gateway.wire.sse``): how each event is written, the stream's last bytes,
   and the body of an error event after the first byte (``OPENAI_SSE``: ``data:`` lines
   and ``[DONE]``; ``named_events(error)``: ``event: TYPE`` lines and no ``[DONE]``, as
   Responses and Messages send, with the format's own error event).
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from backends.base import Chunk, GenerationRequest
-from gateway.sse import OPENAI_SSE, Event, Framing
+from gateway.wire.sse import OPENAI_SSE, Event, Framing
 
 
 class WireBody(Protocol):

@@ -1,6 +1,6 @@
 """``POST /v1/messages`` (Anthropic Messages) wire models: the request body, its tools and
 tool choice, and the table of every other field under the compatibility policy
-(``gateway.compat``).
+(``gateway.wire.compat``).
 
 The models check shapes only; content blocks stay dicts, checked one by one where they
 are translated (``gateway.wire.messages_input``), so a bad block's 400 names its place
@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.compat import Compat, FieldKind, review, unsupported
+from gateway.wire.compat import Compat, FieldKind, review, unsupported
 
 ToolName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")]
 Block = dict[str, Any]
@@ -56,7 +56,7 @@ class Metadata(BaseModel):
     user_id: Annotated[str, Field(max_length=512)] | None = None
 
 
-# Fields beyond the modelled ones (``gateway.compat.review``: unlisted means refused).
+# Fields beyond the modelled ones (``gateway.wire.compat.review``: unlisted means refused).
 MESSAGES_FIELDS: dict[str, FieldKind] = {
     "thinking": "hint",  # no tier here has a reasoning mode: the answer has no thinking blocks
     "context_management": "hint",  # edits of earlier thinking and tool results: none kept

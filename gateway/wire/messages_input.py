@@ -22,8 +22,8 @@ from typing import Any
 import orjson
 
 from backends.base import GenerationRequest, SamplingParams
-from gateway.compat import Compat, Mode, hosted_tools, unsupported
 from gateway.errors import InvalidRequest
+from gateway.wire.compat import Compat, Mode, hosted_tools, unsupported
 from gateway.wire.messages import CUSTOM_TOOLS, Block, MessagesRequest, ToolChoice
 
 Message = dict[str, Any]

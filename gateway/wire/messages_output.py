@@ -19,8 +19,8 @@ import orjson
 
 from backends.base import Chunk, Usage
 from gateway.errors import ApiError
-from gateway.sse import Event, named_events
 from gateway.wire.format import RunView
+from gateway.wire.sse import Event, named_events
 
 _STOP_REASONS = {
     "stop": "end_turn",

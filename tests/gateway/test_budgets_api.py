@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from backends.base import GenerationRequest
-from gateway.spend import prompt_upper_tokens, worst_cases
+from gateway.money.spend import prompt_upper_tokens, worst_cases
 from gateway.wire.chat import ChatCompletionRequest, to_generation
 from policies.schema import GatewayConfig
 from policies.spending import tenant_scopes

@@ -7,8 +7,8 @@ from typing import Any
 
 import httpx
 
+from gateway.edge.openapi import BODY_MODELS
 from gateway.errors import ApiError, InvalidRequest
-from gateway.openapi import BODY_MODELS
 from gateway.wire import messages_output
 from gateway.wire.admin import TenantCreate, TenantUpdate
 from gateway.wire.chat import ChatCompletionRequest

@@ -21,7 +21,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics import MetricWrapperBase
 
 from backends.pool import EnginePool, Replica
-from gateway.autoscale import Autoscaler, tier_utilisation
+from gateway.telemetry.autoscale import Autoscaler, tier_utilisation
 from policies.schema import GatewayConfig
 
 TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0)

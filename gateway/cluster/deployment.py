@@ -20,7 +20,7 @@ from backends.discovery import (
     Pacing,
     StaticEndpoints,
 )
-from gateway.reload_bus import ReloadBus, config_version
+from gateway.cluster.reload_bus import ReloadBus, config_version
 from gateway.state import GatewayState
 from policies.engine_spec import DiscoverySpec
 

@@ -20,11 +20,11 @@ from dataclasses import dataclass, replace
 from backends.base import GenerationRequest
 from backends.pool import Replica
 from gateway.cache.service import CacheProbe, PromptCache
-from gateway.capabilities import fit_tier
+from gateway.core.capabilities import fit_tier
+from gateway.core.timing import timed
 from gateway.errors import InvalidRequest, ModelNotFound, PermissionDenied
-from gateway.objective import ObjectiveLambda
-from gateway.target_share import TargetShares
-from gateway.timing import timed
+from gateway.routing.objective import ObjectiveLambda
+from gateway.routing.target_share import TargetShares
 from policies.schema import GatewayConfig
 from policies.tenants import Principal
 from routers.batching import BatcherClosed, EmbeddingFailed

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from backends.base import Usage
-from gateway.spend import model_cost, text_upper_tokens
+from gateway.money.spend import model_cost, text_upper_tokens
 from policies.ledger import SpendEvent, now
 from policies.savings import routing_saving
 from policies.schema import GatewayConfig

@@ -7,8 +7,8 @@
   a connection whose request headers are not complete that long after it opened (or
   after its previous response) is closed; hundreds of half-sent requests (slowloris)
   then cost a few kB each for a few seconds and never hold a request slot. The body
-  has the same limit once the headers are in (``gateway.http.read_body``).
-- ``write_timeout_s`` (streams that the client stopped reading) lives in ``gateway.sse``.
+  has the same limit once the headers are in (``gateway.edge.http.read_body``).
+- ``write_timeout_s`` (streams that the client stopped reading) lives in ``gateway.wire.sse``.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gateway.errors import InvalidRequest
-from gateway.tracing import current_trace
+from gateway.telemetry.tracing import current_trace
 
 FieldKind = Literal["honoured", "hint", "refused"]
 Mode = Literal["lenient", "strict"]

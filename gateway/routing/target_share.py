@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gateway.pooled_counts import PooledCounts
+from gateway.routing.pooled_counts import PooledCounts
 from policies.schema import RoutingConfig
 from policies.score_sketch import bin_of, thresholds_for
 from policies.share_store import ShareStore

@@ -1,6 +1,6 @@
 """Policy reloads published through Redis, so one call reaches every front.
 
-``POST /admin/api/policies/reload`` on any front reloads that front (``gateway.reload``
+``POST /admin/api/policies/reload`` on any front reloads that front (``gateway.cluster.reload``
 does the reading, checking and swapping) and then publishes the new config version on
 the ``<redis_prefix>:policies:reload`` channel. Every other front hears it on its own
 subscription, reloads from its own config file the same way, and compares versions:
@@ -23,7 +23,7 @@ from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.reload import PolicyRejected, reload_endpoint, reload_policies
+from gateway.cluster.reload import PolicyRejected, reload_endpoint, reload_policies
 from gateway.state import GatewayState, get_state
 from policies.schema import GatewayConfig
 

@@ -16,7 +16,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from gateway.deps import SECURITY
+from gateway.edge.deps import SECURITY
 from gateway.wire.admin import BudgetUpdate, KeyCreate, KeyUpdate, TenantCreate, TenantUpdate
 from gateway.wire.chat import ChatCompletionRequest
 from gateway.wire.completions import CompletionRequest
@@ -115,7 +115,7 @@ class GatewayApp(FastAPI):
             _, defs = models_json_schema([(m, "validation") for m in BODY_MODELS], ref_template=REF)
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             components.update(defs.get("$defs", {}))
-            # Parameter errors answer 400 in OpenAI's shape (gateway.error_boundary), not 422.
+            # Parameter errors answer 400 in OpenAI's shape (gateway.edge.error_boundary), not 422.
             for path in schema["paths"].values():
                 for operation in path.values():
                     operation["responses"].pop("422", None)
@@ -127,7 +127,7 @@ class GatewayApp(FastAPI):
         return self.openapi_schema
 
     def _declare_security(self, paths: dict[str, Any]) -> None:
-        """Each operation names the scheme its one dependency checks (``gateway.deps``)."""
+        """Each operation names the scheme its one dependency checks (``gateway.edge.deps``)."""
         for route in self.routes:
             if not isinstance(route, APIRoute) or route.path_format not in paths:
                 continue

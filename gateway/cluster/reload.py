@@ -3,7 +3,7 @@
 The file is read and validated in full before anything changes; then the new config, key
 ring and serving core (the same collaborators over the new snapshot:
 ``ServingCore.reconfigured``) replace the old ones in one step on the event loop. A
-request takes its core with its key lookup (``gateway.http.tenant_call``) and carries it
+request takes its core with its key lookup (``gateway.edge.http.tenant_call``) and carries it
 to the end, so it runs wholly on the old policy or wholly on the new one, never a mix.
 What needs a restart (engines, tiers, the classifier) must stay the same, or the file is
 refused and the running policy kept.
@@ -22,7 +22,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.admin_auth import require_admin
+from gateway.admin.auth import require_admin
 from gateway.errors import InvalidRequest
 from gateway.routes.admin_audit import record
 from gateway.state import GatewayState, get_state

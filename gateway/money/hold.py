@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
+from gateway.core.outcome import Outcome
+from gateway.core.timing import timed
 from gateway.errors import ApiError, InsufficientQuota, RateLimited, ServiceUnavailable
-from gateway.outcome import Outcome
-from gateway.spend import WorstCase, admission_worst, run_cap
-from gateway.timing import timed
+from gateway.money.spend import WorstCase, admission_worst, run_cap
 from policies.budget import GLOBAL_SCOPE, BudgetStore, Denied, Reservation
 from policies.ledger import Ledger
 from policies.ratelimit import RateLimiter
@@ -39,7 +39,7 @@ from policies.store import StoreUnavailable
 from policies.tenants import Principal
 
 if TYPE_CHECKING:
-    from gateway.routing import RoutedRequest
+    from gateway.routing.route import RoutedRequest
 
 log = logging.getLogger(__name__)
 

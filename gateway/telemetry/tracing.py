@@ -38,9 +38,9 @@ from opentelemetry.util.types import AttributeValue
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.core.timing import StageTimer, current_timer
 from gateway.errors import ApiError
-from gateway.sse import EventStreamResponse
-from gateway.timing import StageTimer, current_timer
+from gateway.wire.sse import EventStreamResponse
 
 log = logging.getLogger(__name__)
 

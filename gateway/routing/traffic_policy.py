@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from gateway.objective import expected_costs, reference_lambda
+from gateway.routing.objective import expected_costs, reference_lambda
 from policies.schema import GatewayConfig
 from routers.classifier import ComplexityScore
 from routers.decision import tier_for_score

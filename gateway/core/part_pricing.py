@@ -3,7 +3,7 @@
 A reservation counts an image, audio clip or file by its model's rule instead of by the
 bytes of its JSON (a URL is ~40 bytes; a provider bills it as up to 1,445 tokens). A priced
 model without a rule for a modality cannot be reserved for, so such parts are refused there
-(``gateway.capabilities``); a model priced at zero costs nothing whatever it reads.
+(``gateway.core.capabilities``); a model priced at zero costs nothing whatever it reads.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from backends.messages import PART_MODALITIES
-from gateway.image_size import data_url_size
+from gateway.core.image_size import data_url_size
 from policies.part_tokens import AudioRate, ImageTiles, PartTokens
 from policies.schema import GatewayConfig
 

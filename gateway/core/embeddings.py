@@ -18,7 +18,8 @@ from typing import Any
 from backends.base import EmbeddingEngine, Usage
 from backends.errors import EngineError
 from backends.pool import Replica
-from gateway import observe
+from gateway.core.outcome import EMBEDDINGS, Outcome, embedding_outcome
+from gateway.core.serving import ServingCore
 from gateway.errors import (
     InvalidRequest,
     ModelNotFound,
@@ -26,13 +27,12 @@ from gateway.errors import (
     ServiceUnavailable,
     from_engine_error,
 )
-from gateway.hold import Hold, Money
-from gateway.metrics import GatewayMetrics
-from gateway.outcome import EMBEDDINGS, Outcome, embedding_outcome
-from gateway.routing import new_request_id
-from gateway.serving import ServingCore
-from gateway.spend import WorstCase, model_cost, text_upper_tokens
-from gateway.tracing import current_trace
+from gateway.money.hold import Hold, Money
+from gateway.money.spend import WorstCase, model_cost, text_upper_tokens
+from gateway.routing.route import new_request_id
+from gateway.telemetry import observe
+from gateway.telemetry.metrics import GatewayMetrics
+from gateway.telemetry.tracing import current_trace
 from gateway.wire.embeddings import EmbeddingRequest, embeddings_body
 from policies.embedding_spec import EmbeddingSpec
 from policies.schema import GatewayConfig

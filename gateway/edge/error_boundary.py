@@ -9,7 +9,7 @@ Anthropic's on the ``/v1/messages`` route family (``gateway.wire.messages_output
   no exception leaves the app and no connection is reset without an answer; if the
   response had already started, the body is ended cleanly instead.
 
-Streams turn their own errors into an error event first (``gateway.sse``).
+Streams turn their own errors into an error event first (``gateway.wire.sse``).
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ from starlette.responses import Response
 from starlette.routing import request_response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway.core.serving import ServingCore
+from gateway.core.timing import begin_request
 from gateway.errors import (
     InvalidApiKey,
     InvalidRequest,
@@ -22,11 +24,9 @@ from gateway.errors import (
     RequestTimeout,
     ServiceUnavailable,
 )
-from gateway.serving import ServingCore
-from gateway.sse import wait_disconnect
 from gateway.state import GatewayState
-from gateway.timing import begin_request
-from gateway.tracing import AUTH, stage, traced
+from gateway.telemetry.tracing import AUTH, stage, traced
+from gateway.wire.sse import wait_disconnect
 from policies.key_directory import KeyDirectory
 from policies.store import StoreUnavailable
 from policies.tenants import Principal
@@ -36,7 +36,7 @@ Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
 
 class GatewayRoute(APIRoute):
-    """FastAPI's route, resolving the one-dependency routes of ``gateway.deps`` directly.
+    """FastAPI's route, resolving the one-dependency routes of ``gateway.edge.deps`` directly.
 
     FastAPI's general resolver costs tens of microseconds per request on this path
     (``bench/route_overhead.py``). A route whose parameters are only ``request`` and

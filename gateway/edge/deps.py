@@ -1,7 +1,7 @@
 """FastAPI dependencies: each route takes exactly one, which authenticates the caller and
 hands over what the route may use: the serving core (the request's config snapshot and
 the collaborators), or, for the admin routes only, the whole gateway state. The tenant
-one, ``tenant_call``, is with the tenant-key check in ``gateway.http``.
+one, ``tenant_call``, is with the tenant-key check in ``gateway.edge.http``.
 
     async def list_models(call: TenantDep) -> Response: ...   # call.core, call.principal
     async def list_budgets(state: AdminDep) -> Response: ...
@@ -11,7 +11,7 @@ one, ``tenant_call``, is with the tenant-key check in ``gateway.http``.
 One dependency per route, not a tree of them: FastAPI resolves every node of the tree
 on every request (about 10-15 us each), and this is on every request's path. Each is
 ``async def`` (a plain ``def`` would run in a worker thread). The security schemes they
-check are declared in ``/openapi.json`` by ``gateway.openapi``.
+check are declared in ``/openapi.json`` by ``gateway.edge.openapi``.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from gateway.admin.access import require_admin_access
-from gateway.admin_auth import require_admin
+from gateway.admin.auth import require_admin
+from gateway.core.serving import ServingCore
+from gateway.edge.http import TenantCall, bearer_key, tenant_call
 from gateway.errors import InvalidApiKey
-from gateway.http import TenantCall, bearer_key, tenant_call
-from gateway.serving import ServingCore
 from gateway.state import GatewayState
-from policies.schema import MetricsConfig
+from policies.service_spec import MetricsConfig
 from policies.tenants import hash_key
 
 
@@ -80,7 +80,7 @@ AdminDep = Annotated[GatewayState, Depends(admin_access)]
 AdminKeyDep = Annotated[GatewayState, Depends(admin_key)]
 ScraperDep = Annotated[ServingCore, Depends(scraper)]
 
-# The OpenAPI security scheme each dependency checks (gateway.openapi declares them).
+# The OpenAPI security scheme each dependency checks (gateway.edge.openapi declares them).
 SECURITY = {
     tenant_call: "tenantKey",
     admin_access: "adminKey",

@@ -4,12 +4,12 @@ The lifespan builds the collaborators once (pools, the cache, the money's stores
 router's models, metrics) and a ``ServingCore`` over them and the config; each policy
 reload builds a new core over the same collaborators and the new snapshot. A request
 takes the core once, with its key lookup, and runs wholly on it: ``route(ask)`` (in
-``gateway.routing``), then ``run(routed)``:
+``gateway.routing.route``), then ``run(routed)``:
 
 admit (the request's ``Hold``: rate limit, budget) → the cache (its ``CacheProbe``), or
 a stream on the tier's pool (failing over along the tier chain before the first token)
 → typed chunks to the wire format → one ``Outcome`` → settle. It knows no JSON and no
-HTTP: wire formats are at the edge (``gateway.wire.format``, ``gateway.respond``).
+HTTP: wire formats are at the edge (``gateway.wire.format``, ``gateway.core.respond``).
 """
 
 from __future__ import annotations
@@ -23,18 +23,18 @@ from dataclasses import dataclass, replace
 from backends.base import Chunk, GenerationRequest
 from backends.errors import EngineError, EngineUnavailable
 from backends.pool import EnginePool, Replica, StreamInfo
-from gateway import observe
 from gateway.cache.record import CachedResponse, Recorder
 from gateway.cache.service import PromptCache
+from gateway.core.outcome import Charges, Outcome, Progress, conclude
+from gateway.core.timing import current_timer, timed
 from gateway.errors import GatewayTimeout, from_engine_error
 from gateway.feedback.service import Feedback
-from gateway.hold import Hold, Money
-from gateway.metrics import GatewayMetrics
-from gateway.outcome import Charges, Outcome, Progress, conclude
-from gateway.responses_store import ResponseStore
-from gateway.routing import Ask, RoutedRequest, Router, route
-from gateway.timing import current_timer, timed
-from gateway.tracing import GENERATION, SETTLEMENT, current_trace
+from gateway.money.hold import Hold, Money
+from gateway.routing.route import Ask, RoutedRequest, Router, route
+from gateway.telemetry import observe
+from gateway.telemetry.metrics import GatewayMetrics
+from gateway.telemetry.tracing import GENERATION, SETTLEMENT, current_trace
+from gateway.wire.responses_store import ResponseStore
 from policies.schema import GatewayConfig
 from policies.store import Store
 from routers.decision import TierDecision

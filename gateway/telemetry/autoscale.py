@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from backends.pool import EnginePool
-from policies.schema import AutoscaleConfig
+from policies.service_spec import AutoscaleConfig
 
 MAX_SAMPLES = 4096
 

@@ -1,6 +1,6 @@
 """What each tier can honour, checked before dispatch: a request field an engine cannot
 honour is a 400 naming it, a content part of a modality the tier lacks (or cannot price:
-``gateway.part_pricing``) is a 400 ``unsupported_content``; ``auto`` first moves such a
+``gateway.core.part_pricing``) is a 400 ``unsupported_content``; ``auto`` first moves such a
 request to a permitted tier that can serve it.
 """
 
@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 from backends.base import FEATURES, GenerationRequest, requested_features
 from backends.messages import content_modalities
 from backends.pool import Replica
+from gateway.core.part_pricing import priceable
 from gateway.errors import InvalidRequest
-from gateway.part_pricing import priceable
 from policies.schema import GatewayConfig
 from policies.tenants import Principal
 from routers.decision import TierDecision, permitted_tiers

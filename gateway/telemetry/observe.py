@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
-from gateway.metrics import GatewayMetrics, RequestRecord
-from gateway.outcome import Outcome
-from gateway.tracing import RequestTrace
+from gateway.core.outcome import Outcome
+from gateway.telemetry.metrics import GatewayMetrics, RequestRecord
+from gateway.telemetry.tracing import RequestTrace
 
 if TYPE_CHECKING:
-    from gateway.routing import RoutedRequest
+    from gateway.routing.route import RoutedRequest
 
 
 def operation(routed: RoutedRequest) -> str:

@@ -18,12 +18,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from backends.base import Chunk, TokenLogprob
-from gateway.http import TenantCall, read_body, until_disconnect
-from gateway.routing import Ask
-from gateway.serving import Run
-from gateway.sse import Event, EventStreamResponse, Framing, sse
-from gateway.timing import lap
+from gateway.core.serving import Run
+from gateway.core.timing import lap
+from gateway.edge.http import TenantCall, read_body, until_disconnect
+from gateway.routing.route import Ask
 from gateway.wire.format import Body, RunView, WireFormat
+from gateway.wire.sse import Event, EventStreamResponse, Framing, sse
 
 
 async def serve(request: Request, call: TenantCall, wire: WireFormat[Body]) -> Response:
