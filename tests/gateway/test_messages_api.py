@@ -197,7 +197,7 @@ def test_a_streamed_tool_use_and_an_error_result(client: anthropic.Anthropic) ->
     assert text.type == "text" and "Error: the weather service is down" in text.text
 
 
-def test_count_tokens_is_the_budget_estimate_and_charges_nothing(
+def test_count_tokens_is_the_budget_estimate(
     gateway: RunningGateway, client: anthropic.Anthropic
 ) -> None:
     question = [{"role": "user", "content": "How many tokens is this question, roughly?"}]
@@ -211,10 +211,9 @@ def test_count_tokens_is_the_budget_estimate_and_charges_nothing(
     assert 0 < counted.input_tokens < longer.input_tokens
     run = client.messages.create(model="small", max_tokens=16, messages=question)  # type: ignore[arg-type]
     assert counted.input_tokens >= run.usage.input_tokens  # an upper estimate
-    spent = httpx.get(
-        gateway.base_url + "/v1/models", headers={"x-api-key": TEST_KEY}
-    )  # x-api-key works on every tenant route
-    assert spent.status_code == 200
+    # x-api-key works on every tenant route
+    models = httpx.get(gateway.base_url + "/v1/models", headers={"x-api-key": TEST_KEY})
+    assert models.status_code == 200
 
 
 def test_chat_responses_and_messages_share_a_tier_a_cache_entry_and_a_price(

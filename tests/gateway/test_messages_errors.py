@@ -118,6 +118,10 @@ def test_rate_limits_and_budgets_are_anthropics_429(gateway: RunningGateway) -> 
         )
     assert broke.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
     assert "quota" in broke.value.body["error"]["message"]  # type: ignore[index]
+    # count_tokens needs neither budget nor rate: it holds and charges nothing.
+    for key in (BROKE_KEY, LIMITED_KEY, LIMITED_KEY):
+        counted = client_for(gateway, key).messages.count_tokens(model="small", messages=question)
+        assert counted.input_tokens > 0
 
 
 class BrokenKeys:
