@@ -49,6 +49,12 @@ def test_create_answers_with_a_message(client: anthropic.Anthropic) -> None:
     assert message.usage.input_tokens > 0 and message.usage.output_tokens == 8
     assert raw.headers["x-tiergate-tier"] == "small"
     assert float(raw.headers["x-tiergate-cost-usd"]) > 0
+    # A model id routes to its tier, as on chat.
+    pinned = client.messages.with_raw_response.create(
+        model="fake-medium", max_tokens=8, messages=[{"role": "user", "content": "Say hello"}]
+    )
+    assert pinned.headers["x-tiergate-tier"] == "medium"
+    assert pinned.parse().model == "fake-medium"
 
 
 def test_image_blocks_take_the_content_part_path(client: anthropic.Anthropic) -> None:
