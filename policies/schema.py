@@ -49,10 +49,15 @@ class Price(Frozen):
         ) / 1_000_000
 
 
+# The largest cap a budget may have: in nano-dollars it stays well inside Redis's signed
+# 64-bit integers (9.2e18), and an absurd value is a 400, not a 500.
+MAX_LIMIT_USD = 1e9
+
+
 class BudgetSpec(Frozen):
     """A spending cap in USD over a window (UTC days and months; ``total`` never resets)."""
 
-    limit_usd: float = Field(ge=0)
+    limit_usd: float = Field(ge=0, le=MAX_LIMIT_USD)
     window: Literal["daily", "monthly", "total"] = "daily"
 
 
