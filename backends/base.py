@@ -153,6 +153,9 @@ class Chunk:
     tool_calls: tuple[Mapping[str, Any], ...] | None = None
     tool_call_deltas: tuple[Mapping[str, Any], ...] | None = None
     logprobs: tuple[TokenLogprob, ...] | None = None
+    # The request's stop string that ended the answer (finish ``stop``), when the engine
+    # knows which; None when it ended on its own or the engine does not say.
+    stop_sequence: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

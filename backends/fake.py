@@ -7,7 +7,8 @@ per request (a load experiment on it runs in constant memory).
 With ``tools`` it declares tool calling; ``tool_script`` rules make it call a tool the
 way a model would: when the last message is the user's and contains a rule's ``when``
 (case-insensitive) and the request offers that tool, it streams that call; when the
-last message is a tool result, it answers in text that quotes the result's start.
+last message is a tool result, it answers in text that quotes the result's start. It
+honours ``stop`` as an engine does: the text ends before the first stop string.
 """
 
 from __future__ import annotations
@@ -60,6 +61,20 @@ def _tool_names(request: GenerationRequest) -> set[str]:
         if isinstance(function, Mapping) and isinstance(function.get("name"), str):
             names.add(function["name"])
     return names
+
+
+def _cut_at_stop(words: list[str], stops: Sequence[str]) -> tuple[list[str], str | None]:
+    """The words up to the first stop string (left out, as engines leave it out)."""
+    text = ""
+    for index, word in enumerate(words):
+        text += word
+        hits = [(text.find(stop), stop) for stop in stops if stop and stop in text]
+        if hits:
+            at, stop = min(hits)
+            kept = words[:index]
+            rest = text[len("".join(kept)) : at]
+            return [*kept, rest] if rest else kept, stop
+    return words, None
 
 
 class FakeEngine:
@@ -141,7 +156,9 @@ class FakeEngine:
             return
         limit = request.sampling.max_tokens or self.tokens
         source = self.tool_reply(request) or self.words(request)
-        words = source[:limit]
+        words, stopped = source[:limit], None
+        if request.sampling.stop:
+            words, stopped = _cut_at_stop(list(words), request.sampling.stop)
         sent = 0
         try:
             if self.first_token_delay_s:
@@ -160,9 +177,9 @@ class FakeEngine:
             self.counters.aborted += 1
             raise
         self.counters.finished += 1
-        finish = "length" if len(words) < len(source) else "stop"
+        finish = "length" if len(words) < len(source) and stopped is None else "stop"
         prompt_tokens = len(_prompt_text(request).split())
-        yield Chunk(finish_reason=finish, usage=Usage(prompt_tokens, sent))
+        yield Chunk(finish_reason=finish, usage=Usage(prompt_tokens, sent), stop_sequence=stopped)
 
     async def _call(self, request: GenerationRequest, rule: ToolRule) -> AsyncIterator[Chunk]:
         """One tool call, streamed as a model's: its head, then its arguments in pieces."""

@@ -94,6 +94,7 @@ def decode(
     pending: list[TokenLogprob] = []
     released = 0
     finish = "length"
+    matched: str | None = None  # the request's stop string that ended the text
     text = ""
     for token in llama.generate(
         prompt_tokens,
@@ -116,9 +117,11 @@ def decode(
         completion.append(token)
         counters.generated_tokens += 1
         text = llama.detokenize(completion, prev_tokens=prompt_tokens).decode(errors="ignore")
-        cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
-        if cut >= 0:
+        found = [(i, s) for s in stops if (i := text.find(s)) >= 0]
+        if found:
+            cut, stop = min(found)
             text, finish = text[:cut], "stop"
+            matched = stop if stop in sampling.stop else None
             break
         safe = len(text) - _held_back(text, stops)
         if safe > released:
@@ -134,7 +137,7 @@ def decode(
     if deltas:
         yield Chunk(tool_call_deltas=tuple(deltas))
     usage = Usage(prompt_tokens=len(prompt_tokens), completion_tokens=len(completion))
-    yield Chunk(finish_reason=finish, usage=usage, tool_calls=calls)
+    yield Chunk(finish_reason=finish, usage=usage, tool_calls=calls, stop_sequence=matched)
 
 
 def _piece(reader: ToolCallReader, text: str, logprobs: list[TokenLogprob]) -> Chunk:

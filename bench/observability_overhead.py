@@ -22,8 +22,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from gateway.metrics import GatewayMetrics, RequestRecord
-from gateway.tracing import AUTH, GENERATION, SETTLEMENT, current_trace, stage
+from gateway.telemetry.metrics import GatewayMetrics, RequestRecord
+from gateway.telemetry.tracing import AUTH, GENERATION, SETTLEMENT, current_trace, stage
 from policies.schema import GatewayConfig
 from tiergate_testing.configs import TEST_KEY, fake_config
 from tiergate_testing.gateways import running_gateway

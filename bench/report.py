@@ -13,7 +13,7 @@ from typing import Any
 Runs = dict[str, dict[str, list[dict[str, Any]]]]
 
 # The pipeline's stages, in request order, as they appear in tiergate's Server-Timing
-# header: the tracing stage names (gateway/tracing.py) plus the laps "parse" and "route".
+# header: the tracing stage names (gateway/telemetry/tracing.py) plus the laps "parse" and "route".
 STAGES = (
     ("auth", "authenticate the key"),
     ("parse", "read + validate the body"),

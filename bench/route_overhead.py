@@ -27,7 +27,7 @@ from fastapi import Request
 from starlette.responses import Response
 
 from gateway.app import create_app
-from gateway.http import read_body
+from gateway.edge.http import read_body
 from gateway.wire.chat import ChatCompletionRequest
 from gateway.wire.common import parse_body
 from policies.schema import GatewayConfig

@@ -23,6 +23,9 @@ WIRE_FORMATS = {
     "chat": WireFormat("/v1/chat/completions", "messages", {}, "data: [DONE]\n\n"),
     # store: false, as Codex CLI sends it: the passthrough, without a stored record
     "responses": WireFormat("/v1/responses", "input", {"store": False}, "response.completed"),
+    # max_tokens: Anthropic requires it (the system turn inside messages, as Claude Code
+    # sends them, joins the first system message)
+    "messages": WireFormat("/v1/messages", "messages", {"max_tokens": 64}, "message_stop"),
 }
 
 

@@ -22,20 +22,19 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from backends.pool import EnginePool, PoolSettings, Replica
 from backends.registry import build_engine
+from gateway.admin.auth import weak_admin_key
 from gateway.admin.routes import admin_router
-from gateway.admin_auth import weak_admin_key
+from gateway.admin.throttle import GuessThrottle
 from gateway.cache.build import close_cache, open_cache
-from gateway.cluster import join_cluster
-from gateway.error_boundary import install_error_handling
+from gateway.cluster.deployment import join_cluster
+from gateway.cluster.reload import install_sighup, remove_sighup
+from gateway.cluster.reload_bus import reload_and_publish
+from gateway.core.serving import Collaborators, ServingCore
+from gateway.edge.error_boundary import install_error_handling
+from gateway.edge.http import GatewayRoute
+from gateway.edge.openapi import ADMIN_ERRORS, GatewayApp
 from gateway.feedback.build import open_feedback
-from gateway.hold import Money
-from gateway.http import GatewayRoute
-from gateway.metrics import GatewayMetrics
-from gateway.objective import ObjectiveLambda
-from gateway.openapi import ADMIN_ERRORS, GatewayApp
-from gateway.reload import install_sighup, remove_sighup
-from gateway.reload_bus import reload_and_publish
-from gateway.responses_store import ResponseStore
+from gateway.money.hold import Money
 from gateway.routes import (
     admin_audit,
     admin_budgets,
@@ -50,16 +49,18 @@ from gateway.routes import (
     feedback,
     health,
     load,
+    messages,
     metrics,
     models,
     responses,
 )
-from gateway.routing import Router
-from gateway.serving import Collaborators, ServingCore
+from gateway.routing.objective import ObjectiveLambda
+from gateway.routing.route import Router
+from gateway.routing.target_share import TargetShares
 from gateway.state import GatewayState
-from gateway.target_share import TargetShares
-from gateway.throttle import GuessThrottle
-from gateway.tracing import open_tracing
+from gateway.telemetry.metrics import GatewayMetrics
+from gateway.telemetry.tracing import open_tracing
+from gateway.wire.responses_store import ResponseStore
 from policies.engine_spec import PoolSpec
 from policies.key_directory import KeyDirectory
 from policies.schema import GatewayConfig
@@ -93,7 +94,9 @@ async def build_state(
     store = open_store(config)
     replicas: dict[str, list[Replica]] = {}
     for name, spec in config.engines.items():
-        replicas[name] = []  # with ``discover``: filled by gateway.cluster as nodes are found
+        replicas[
+            name
+        ] = []  # with ``discover``: filled by gateway.cluster.deployment as nodes are found
         for i in range(spec.replicas if spec.discover is None else 0):
             builder = partial(
                 build_engine,
@@ -356,6 +359,7 @@ def create_app(
         completions.router,
         responses.router,
         responses.stored,
+        messages.router,
         embeddings.router,
         models.router,
         explain.router,

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from gateway.part_pricing import unpriced_notes
+from gateway.core.part_pricing import unpriced_notes
 from gateway.settings import get_settings, load_effective_config
 from policies.loader import ConfigError, load_config
 
@@ -17,9 +17,9 @@ from policies.loader import ConfigError, load_config
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from gateway.admin_auth import weak_admin_key
+    from gateway.admin.auth import weak_admin_key
     from gateway.app import create_app
-    from gateway.server import server_config
+    from gateway.edge.server import server_config
 
     started = time.perf_counter()
     try:

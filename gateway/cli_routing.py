@@ -14,8 +14,8 @@ from typing import IO, Any
 
 import orjson
 
+from gateway.routing.traffic_policy import traffic_tiers
 from gateway.settings import load_effective_config
-from gateway.traffic_policy import traffic_tiers
 from policies.loader import ConfigError
 from policies.schema import ClassifierConfig, GatewayConfig
 

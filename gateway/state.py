@@ -1,7 +1,7 @@
 """What the lifespan builds, in one typed object: the app's container.
 
 Requests never see it: they run on ``core`` (the config snapshot and the serving
-collaborators, ``gateway.serving``), which the lifespan builds from these fields and each
+collaborators, ``gateway.core.serving``), which the lifespan builds from these fields and each
 policy reload rebuilds with the new config. App startup and the admin routes use the
 rest (a test walks every function's parameters: ``tests/gateway/test_state_access.py``).
 """
@@ -15,15 +15,15 @@ from dataclasses import dataclass, field
 from starlette.requests import Request
 
 from backends.pool import EnginePool, Replica
+from gateway.admin.throttle import GuessThrottle
 from gateway.cache.service import PromptCache
+from gateway.core.serving import Readiness, ServingCore
 from gateway.feedback.service import Feedback
-from gateway.metrics import GatewayMetrics
-from gateway.objective import ObjectiveLambda
-from gateway.responses_store import ResponseStore
-from gateway.serving import Readiness, ServingCore
-from gateway.target_share import TargetShares
-from gateway.throttle import GuessThrottle
-from gateway.tracing import Tracing
+from gateway.routing.objective import ObjectiveLambda
+from gateway.routing.target_share import TargetShares
+from gateway.telemetry.metrics import GatewayMetrics
+from gateway.telemetry.tracing import Tracing
+from gateway.wire.responses_store import ResponseStore
 from policies.audit import AuditLog
 from policies.budget import BudgetStore
 from policies.key_directory import KeyDirectory

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from policies.schema import GatewayConfig, key_conflicts
+from policies.schema import GatewayConfig
 
 _ENV_REF = re.compile(r"\$\{([A-Z0-9_]+)(?::-([^}]*))?\}")
 
@@ -99,3 +99,30 @@ def load_config(path: str | Path) -> GatewayConfig:
     except OSError as exc:
         raise ConfigError([Problem(str(path), None, "", f"cannot read: {exc.strerror}")]) from exc
     return parse_config(text, str(path))
+
+
+Location = tuple[str | int, ...]
+
+
+def key_conflicts(config: GatewayConfig) -> list[tuple[Location, str]]:
+    """Keys that cannot be told apart: a repeated id within a tenant (one budget scope for
+    two keys), or one digest (or one ``from_env`` variable) given to two keys."""
+    problems: list[tuple[Location, str]] = []
+    owner: dict[str, str] = {}
+    for tenant_name, tenant in config.tenants.items():
+        ids: set[str] = set()
+        for index, key in enumerate(tenant.keys):
+            where: Location = ("tenants", tenant_name, "keys", index)
+            if key.id in ids:
+                problems.append(((*where, "id"), f"key id {key.id!r} appears twice in this tenant"))
+            ids.add(key.id)
+            source = f"sha256 {key.sha256}" if key.sha256 else f"from_env {key.from_env}"
+            field = "sha256" if key.sha256 else "from_env"
+            label = f"tenant {tenant_name!r} key {key.id!r}"
+            if source in owner:
+                problems.append(
+                    ((*where, field), f"the same key as {owner[source]}: two keys share one digest")
+                )
+            else:
+                owner[source] = label
+    return problems

@@ -18,6 +18,12 @@ from policies.feedback_spec import FeedbackConfig, feedback_problems
 from policies.frozen import Frozen
 from policies.part_tokens import PartTokens
 from policies.responses_spec import ResponsesConfig
+from policies.service_spec import (
+    AdminConfig,
+    LedgerConfig,
+    MetricsConfig,
+    ServerConfig,
+)
 
 DEFAULT_TIERS = ("small", "medium", "large")
 
@@ -26,24 +32,6 @@ DEFAULT_TIERS = ("small", "medium", "large")
 # different names can never spell the same scope.
 NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
-
-
-class ServerConfig(Frozen):
-    host: str = "127.0.0.1"
-    port: int = Field(8000, ge=0, le=65535)
-    max_body_bytes: int = Field(4 * 1024 * 1024, gt=0)
-    request_timeout_s: float = Field(600.0, gt=0)
-    timing_header: bool = False  # per-stage ``Server-Timing`` on responses (for bench/)
-    # HTTP hardening (uvicorn): a stream write that waits this long (a client that stopped
-    # reading) ends the stream; request headers must arrive within header_timeout_s;
-    # idle keep-alive connections close after keep_alive_s; past limit_concurrency open
-    # connections or requests, new requests get 503.
-    write_timeout_s: float = Field(30.0, gt=0)
-    header_timeout_s: float = Field(10.0, gt=0)
-    keep_alive_s: float = Field(5.0, gt=0)
-    limit_concurrency: int | None = Field(4096, ge=1)
-    # On SIGTERM, streams in flight get this long to finish (an engine node: the longest one).
-    shutdown_grace_s: int = Field(10, ge=1, le=3600)
 
 
 class Price(Frozen):
@@ -61,10 +49,15 @@ class Price(Frozen):
         ) / 1_000_000
 
 
+# The largest cap a budget may have: in nano-dollars it stays well inside Redis's signed
+# 64-bit integers (9.2e18), and an absurd value is a 400, not a 500.
+MAX_LIMIT_USD = 1e9
+
+
 class BudgetSpec(Frozen):
     """A spending cap in USD over a window (UTC days and months; ``total`` never resets)."""
 
-    limit_usd: float = Field(ge=0)
+    limit_usd: float = Field(ge=0, le=MAX_LIMIT_USD)
     window: Literal["daily", "monthly", "total"] = "daily"
 
 
@@ -263,49 +256,6 @@ class RoutingConfig(Frozen):
         return self
 
 
-class AdminConfig(Frozen):
-    key_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
-    key_from_env: str | None = "TIERGATE_ADMIN_KEY"
-    session_ttl_s: float = Field(8 * 3600.0, gt=0, le=7 * 86_400)
-    # A raw admin key (from the environment) shorter than this refuses to start.
-    min_key_length: int = Field(16, ge=8)
-    # Wrong admin-key guesses (login form or Bearer) allowed per minute per client
-    # address, and from all addresses together; past either, 429 until the minute ends.
-    failures_per_minute: int = Field(5, ge=1)
-    failures_per_minute_total: int = Field(50, ge=1)
-
-
-class AutoscaleConfig(Frozen):
-    """The per-tier replica recommendation: up when slow or busy, down when fast and idle."""
-
-    window_s: float = Field(60.0, gt=0)
-    latency: Literal["ttft", "e2e"] = "ttft"
-    up_p99_s: float = Field(2.0, gt=0)
-    up_utilisation: float = Field(0.8, gt=0, le=1)
-    down_p99_s: float = Field(0.5, gt=0)
-    down_utilisation: float = Field(0.3, ge=0, le=1)
-    min_replicas: int = Field(1, ge=0)
-    max_replicas: int = Field(64, ge=1)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> AutoscaleConfig:
-        if self.down_p99_s > self.up_p99_s or self.down_utilisation > self.up_utilisation:
-            raise ValueError("scale-down thresholds must not exceed scale-up thresholds")
-        if self.min_replicas > self.max_replicas:
-            raise ValueError("min_replicas must not exceed max_replicas")
-        return self
-
-
-class MetricsConfig(Frozen):
-    # On: series carry a tenant label (few tenants, names not private). Off by default.
-    tenant_label: bool = False
-    # When set, ``GET /metrics`` needs ``Authorization: Bearer TOKEN`` (token from this
-    # environment variable, or its SHA-256 in token_sha256).
-    token_from_env: str | None = None
-    token_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
-    autoscale: AutoscaleConfig = AutoscaleConfig()
-
-
 class BudgetsConfig(Frozen):
     """How reservations are sized and kept; per-tenant and per-key caps live on those."""
 
@@ -327,16 +277,6 @@ class BudgetsConfig(Frozen):
     # What an image, audio or file part may cost on a model (policies/part_tokens.py); a
     # priced model without a rule for a modality refuses such parts (400 unsupported_content).
     part_tokens: dict[str, PartTokens] = Field(default_factory=dict)
-
-
-class LedgerConfig(Frozen):
-    """How much of the spend ledger is kept; totals live in per-day aggregates either way."""
-
-    # Redis: the event stream keeps about this many newest events (approximate trim).
-    stream_max_events: int = Field(1_000_000, ge=1000)
-    # One process: only the newest events (the dashboard shows a few hundred of them).
-    memory_events: int = Field(10_000, ge=100)
-    retention_days: int = Field(400, ge=1, le=3660)  # per-day aggregates
 
 
 def _target_share_problems(shares: dict[str, float] | None, tiers: list[str]) -> list[str]:
@@ -455,30 +395,3 @@ class GatewayConfig(Frozen):
         """The chat and completion models (engines that serve embeddings are not)."""
         embedding = {s.engine for s in self.embeddings.values() if s.engine is not None}
         return sorted({spec.model for name, spec in self.engines.items() if name not in embedding})
-
-
-Location = tuple[str | int, ...]
-
-
-def key_conflicts(config: GatewayConfig) -> list[tuple[Location, str]]:
-    """Keys that cannot be told apart: a repeated id within a tenant (one budget scope for
-    two keys), or one digest (or one ``from_env`` variable) given to two keys."""
-    problems: list[tuple[Location, str]] = []
-    owner: dict[str, str] = {}
-    for tenant_name, tenant in config.tenants.items():
-        ids: set[str] = set()
-        for index, key in enumerate(tenant.keys):
-            where: Location = ("tenants", tenant_name, "keys", index)
-            if key.id in ids:
-                problems.append(((*where, "id"), f"key id {key.id!r} appears twice in this tenant"))
-            ids.add(key.id)
-            source = f"sha256 {key.sha256}" if key.sha256 else f"from_env {key.from_env}"
-            field = "sha256" if key.sha256 else "from_env"
-            label = f"tenant {tenant_name!r} key {key.id!r}"
-            if source in owner:
-                problems.append(
-                    ((*where, field), f"the same key as {owner[source]}: two keys share one digest")
-                )
-            else:
-                owner[source] = label
-    return problems

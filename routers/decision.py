@@ -10,8 +10,8 @@ trail that ``POST /v1/route`` shows. The order, for ``auto``:
 4. the tenant's ``allowed_tiers`` (the nearest allowed tier at or below);
 
 Budget-aware downgrade happens later, at admission, where the reservation is made in
-the same step (``gateway.hold``), so a tier is never chosen on a stale balance;
-failover (``gateway.serving``) is the only other move. Both go through
+the same step (``gateway.money.hold``), so a tier is never chosen on a stale balance;
+failover (``gateway.core.serving``) is the only other move. Both go through
 ``TierDecision.moved``, so the one trail shows every step.
 
 A tier or model named explicitly is never moved: if the tenant may not use it, that

@@ -34,6 +34,9 @@ deploy/install-dashboard-assets.sh
 if [ "$mode" = dev ]; then
   # Codex CLI, pinned by tests/clients/codex/package-lock.json: the drop-in test's real client.
   npm ci --prefix tests/clients/codex --no-audit --no-fund
+  # Claude Code, pinned by tests/clients/claude-code/package-lock.json: its npm package
+  # ships a native binary (the platform's optional dependency), so Node 20 runs it.
+  npm ci --prefix tests/clients/claude-code --no-audit --no-fund
 fi
 if [ "$mode" = dev ] && [ ! -x /usr/bin/chromium ]; then
   # Debian's headless Chromium for the dashboard's browser test (Playwright drives it).

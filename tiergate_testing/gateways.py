@@ -25,7 +25,7 @@ import uvicorn
 import yaml
 
 from gateway.app import create_app, serving_core
-from gateway.server import server_config
+from gateway.edge.server import server_config
 from gateway.state import GatewayState
 from policies.schema import GatewayConfig
 from tiergate_testing.configs import OTHER_KEY, TEST_KEY
@@ -116,7 +116,7 @@ def running_gateway(
         config = GatewayConfig.model_validate(config)
     port = free_port()
     app = create_app(config, config_source, tracer_provider=tracer_provider)
-    # The same hardened uvicorn settings as ``tiergate serve`` (gateway.server).
+    # The same hardened uvicorn settings as ``tiergate serve`` (gateway.edge.server).
     server = uvicorn.Server(
         server_config(
             app, config, host="127.0.0.1", port=port, log_level="warning", **(server_options or {})

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
+from gateway.admin.auth import admin_digest, require_admin
 from gateway.admin.session import COOKIE, Sessions
-from gateway.admin_auth import admin_digest, require_admin
 from gateway.errors import InvalidApiKey, ServiceUnavailable
 from gateway.state import GatewayState
 from policies.store import StoreUnavailable

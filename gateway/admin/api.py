@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from gateway.admin import report
 from gateway.admin.budgets import budget_limits
-from gateway.deps import AdminDep
+from gateway.edge.deps import AdminDep
 from gateway.errors import InvalidRequest, ServiceUnavailable
 from gateway.state import GatewayState
 from policies.ledger import SpendEvent, days_between

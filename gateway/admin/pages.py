@@ -19,10 +19,10 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, RedirectResponse, Response
 
 from gateway.admin.access import has_session, sessions
+from gateway.admin.auth import admin_digest, check_admin_guess, client_address, require_admin
 from gateway.admin.session import COOKIE, COOKIE_PATH
-from gateway.admin_auth import admin_digest, check_admin_guess, client_address, require_admin
+from gateway.edge.http import read_body
 from gateway.errors import ApiError, InvalidRequest, ServiceUnavailable
-from gateway.http import read_body
 from gateway.settings import get_settings
 from gateway.state import get_state
 from policies.audit import entry

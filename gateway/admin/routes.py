@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from gateway.admin import api, pages
-from gateway.http import GatewayRoute
-from gateway.openapi import ADMIN_ERRORS
+from gateway.edge.http import GatewayRoute
+from gateway.edge.openapi import ADMIN_ERRORS
 
 
 def admin_router() -> APIRouter:

@@ -27,10 +27,13 @@ class CachedResponse:
     model: str
     tier: str
     cost_usd: float
+    stop_sequence: str | None = None
 
     def encode(self) -> bytes:
+        stop = {"s": self.stop_sequence} if self.stop_sequence is not None else {}
         return orjson.dumps(
             {
+                **stop,
                 "t": self.texts,
                 "f": self.finish_reason,
                 "u": [
@@ -57,12 +60,18 @@ class CachedResponse:
             model=data["m"],
             tier=data["r"],
             cost_usd=float(data["$"]),
+            stop_sequence=data.get("s"),
         )
 
     async def replay(self) -> AsyncIterator[Chunk]:
         for text in self.texts:
             yield Chunk(text=text)
-        yield Chunk(finish_reason=self.finish_reason, usage=self.usage, tool_calls=self.tool_calls)
+        yield Chunk(
+            finish_reason=self.finish_reason,
+            usage=self.usage,
+            tool_calls=self.tool_calls,
+            stop_sequence=self.stop_sequence,
+        )
 
 
 class Recorder:
@@ -95,4 +104,5 @@ class Recorder:
             model=model,
             tier=tier,
             cost_usd=cost_usd,
+            stop_sequence=final.stop_sequence,
         )

@@ -34,7 +34,7 @@ from gateway.cache.record import CachedResponse
 from gateway.cache.stats import TenantStats
 from gateway.cache.storage import CacheStorage, CacheUnavailable, Semantic, TenantUsage
 from gateway.cache.verify import CandidateVerifier
-from gateway.timing import timed
+from gateway.core.timing import timed
 from policies.schema import CacheConfig, CachePolicy
 from policies.tenants import Principal
 from routers.embedding import EmbeddingOnce

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from backends.base import GenerationRequest, Usage
 from backends.errors import EngineError
 from backends.pool import EnginePool, StreamInfo
-from gateway.spend import model_cost, run_cap, worst_cases
+from gateway.money.spend import model_cost, run_cap, worst_cases
 from policies.budget import GLOBAL_SCOPE, BudgetStore, Denied, Scope
 from policies.feedback_spec import OPERATOR_SCOPE
 from policies.ledger import SpendEvent, now

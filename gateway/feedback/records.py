@@ -18,7 +18,7 @@ from typing import Protocol
 import numpy as np
 
 from backends.base import GenerationRequest
-from gateway.outcome import Outcome
+from gateway.core.outcome import Outcome
 from policies.feedback_spec import FeedbackConfig
 from policies.feedback_store import FeedbackStore, RequestRecord
 from policies.schema import GatewayConfig

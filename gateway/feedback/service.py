@@ -15,13 +15,13 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+from gateway.core.outcome import Outcome
 from gateway.feedback.judges import Judge, KnownLabelsJudge, ModelJudge
 from gateway.feedback.operator_calls import OperatorDesk
 from gateway.feedback.records import RecordWriter, RoutedView, build_record
 from gateway.feedback.refitter import Refitter
 from gateway.feedback.sampler import ShadowSampler, Tap
 from gateway.feedback.shadow import ShadowCounters, judge_pair, judgeable
-from gateway.outcome import Outcome
 from policies.feedback_spec import FeedbackConfig
 from policies.feedback_store import FeedbackStore, Label, RequestRecord
 from policies.schema import GatewayConfig

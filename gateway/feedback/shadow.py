@@ -10,11 +10,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
+from gateway.core.outcome import Outcome
 from gateway.feedback.judges import Judge, JudgeCase
 from gateway.feedback.operator_calls import Answer, OperatorDesk, operator_call
 from gateway.feedback.records import RoutedView, routing_inputs
 from gateway.feedback.sampler import shadow_tier
-from gateway.outcome import Outcome
 from policies.feedback_spec import FeedbackConfig
 from policies.feedback_store import FeedbackStore, Label
 from policies.store import StoreUnavailable

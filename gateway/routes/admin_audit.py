@@ -14,12 +14,12 @@ from fastapi import APIRouter, Query
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.admin.auth import admin_digest
 from gateway.admin.session import COOKIE
-from gateway.admin_auth import admin_digest
-from gateway.deps import AdminDep
+from gateway.edge.deps import AdminDep
+from gateway.edge.http import GatewayRoute
+from gateway.edge.openapi import ADMIN_ERRORS
 from gateway.errors import ApiError
-from gateway.http import GatewayRoute
-from gateway.openapi import ADMIN_ERRORS
 from gateway.state import GatewayState
 from policies.audit import MAX_ENTRIES, entry, to_csv
 from policies.store import StoreUnavailable

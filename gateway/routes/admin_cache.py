@@ -12,10 +12,10 @@ from starlette.responses import Response
 from gateway.cache.service import PromptCache
 from gateway.cache.stats import summary
 from gateway.cache.storage import CacheUnavailable, TenantUsage
-from gateway.deps import AdminDep, AdminKeyDep
+from gateway.edge.deps import AdminDep, AdminKeyDep
+from gateway.edge.http import GatewayRoute
+from gateway.edge.openapi import ADMIN_ERRORS
 from gateway.errors import ApiError, ServiceUnavailable
-from gateway.http import GatewayRoute
-from gateway.openapi import ADMIN_ERRORS
 from gateway.routes.admin_audit import record
 from gateway.state import GatewayState
 

@@ -15,13 +15,13 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from gateway.deps import AdminDep, AdminKeyDep
+from gateway.edge.deps import AdminDep, AdminKeyDep
+from gateway.edge.http import GatewayRoute
+from gateway.edge.openapi import ADMIN_ERRORS
 from gateway.errors import InvalidRequest, ServiceUnavailable
 from gateway.feedback.operator_calls import operator_scopes
 from gateway.feedback.refitter import refit_once
 from gateway.feedback.service import Feedback
-from gateway.http import GatewayRoute
-from gateway.openapi import ADMIN_ERRORS
 from gateway.routes.admin_audit import record as audit
 from gateway.state import GatewayState
 from policies.feedback_store import parse_count_key

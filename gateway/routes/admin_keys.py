@@ -16,10 +16,10 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.deps import AdminDep
+from gateway.edge.deps import AdminDep
+from gateway.edge.http import GatewayRoute, read_body
+from gateway.edge.openapi import ADMIN_ERRORS, request_body
 from gateway.errors import InvalidRequest
-from gateway.http import GatewayRoute, read_body
-from gateway.openapi import ADMIN_ERRORS, request_body
 from gateway.routes.admin_audit import record, store_unavailable
 from gateway.routes.admin_budgets import NotFound
 from gateway.state import GatewayState

@@ -17,10 +17,10 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.deps import AdminDep
+from gateway.edge.deps import AdminDep
+from gateway.edge.http import GatewayRoute, read_body
+from gateway.edge.openapi import ADMIN_ERRORS, errors, request_body
 from gateway.errors import ApiError, InvalidRequest, PermissionDenied
-from gateway.http import GatewayRoute, read_body
-from gateway.openapi import ADMIN_ERRORS, errors, request_body
 from gateway.routes.admin_audit import record, store_unavailable
 from gateway.routes.admin_budgets import NotFound
 from gateway.state import GatewayState

@@ -7,10 +7,10 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.deps import TenantDep
-from gateway.http import TracedRoute
-from gateway.openapi import GENERATION_ERRORS, request_body
-from gateway.respond import serve
+from gateway.core.respond import serve
+from gateway.edge.deps import TenantDep
+from gateway.edge.http import TracedRoute
+from gateway.edge.openapi import GENERATION_ERRORS, request_body
 from gateway.wire.chat import ChatCompletionRequest
 from gateway.wire.chat_render import CHAT
 

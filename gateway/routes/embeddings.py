@@ -7,11 +7,11 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.deps import TenantDep
-from gateway.embeddings import create_embeddings
-from gateway.http import TracedRoute, read_body, until_disconnect
-from gateway.openapi import errors, request_body
-from gateway.timing import lap
+from gateway.core.embeddings import create_embeddings
+from gateway.core.timing import lap
+from gateway.edge.deps import TenantDep
+from gateway.edge.http import TracedRoute, read_body, until_disconnect
+from gateway.edge.openapi import errors, request_body
 from gateway.wire.common import parse_body
 from gateway.wire.embeddings import EmbeddingRequest
 
@@ -24,7 +24,7 @@ router = APIRouter(
 
 @router.post("/v1/embeddings", name="embeddings", openapi_extra=request_body(EmbeddingRequest))
 async def embeddings(request: Request, call: TenantDep) -> Response:
-    server = call.core.config.server  # the request's snapshot (see gateway.deps.tenant_call)
+    server = call.core.config.server  # the request's snapshot (see gateway.edge.deps.tenant_call)
     raw = await read_body(request, server.max_body_bytes, server.header_timeout_s)
     body = parse_body(EmbeddingRequest, raw)
     lap("parse")

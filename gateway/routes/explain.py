@@ -13,11 +13,11 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.deps import TenantDep
+from gateway.edge.deps import TenantDep
+from gateway.edge.http import GatewayRoute, read_body
+from gateway.edge.openapi import errors, request_body
 from gateway.errors import InvalidRequest
-from gateway.http import GatewayRoute, read_body
-from gateway.openapi import errors, request_body
-from gateway.routing import Ask
+from gateway.routing.route import Ask
 from gateway.wire import chat as chat_wire
 from gateway.wire import completions as completions_wire
 from gateway.wire.common import parse_body

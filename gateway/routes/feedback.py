@@ -16,11 +16,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.cache.service import PromptCache
-from gateway.deps import TenantDep
+from gateway.edge.deps import TenantDep
+from gateway.edge.http import GatewayRoute, read_body
+from gateway.edge.openapi import errors, request_body
 from gateway.errors import ApiError, InvalidRequest, ServiceUnavailable
 from gateway.feedback.records import HITS
-from gateway.http import GatewayRoute, read_body
-from gateway.openapi import errors, request_body
 from gateway.wire.common import parse_body
 from gateway.wire.feedback import FeedbackRequest
 from policies.feedback_store import RequestRecord

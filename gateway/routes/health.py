@@ -13,9 +13,9 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from gateway.deps import CoreDep
-from gateway.http import GatewayRoute
-from gateway.reload_bus import config_version
+from gateway.cluster.reload_bus import config_version
+from gateway.edge.deps import CoreDep
+from gateway.edge.http import GatewayRoute
 
 router = APIRouter(route_class=GatewayRoute, tags=["operations"])
 

@@ -13,10 +13,10 @@ import orjson
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from gateway.deps import TenantDep
-from gateway.http import GatewayRoute
-from gateway.openapi import errors
-from gateway.serving import Collaborators
+from gateway.core.serving import Collaborators
+from gateway.edge.deps import TenantDep
+from gateway.edge.http import GatewayRoute
+from gateway.edge.openapi import errors
 
 router = APIRouter(route_class=GatewayRoute, tags=["v1"], responses=errors(401, 500, 503))
 

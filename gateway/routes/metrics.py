@@ -1,7 +1,7 @@
 """``GET /metrics``: Prometheus text exposition of the gateway's own registry.
 
 With ``metrics.token_from_env`` (or ``token_sha256``) set, the scraper must send
-``Authorization: Bearer TOKEN`` (``gateway.deps.scraper``); otherwise the route is open
+``Authorization: Bearer TOKEN`` (``gateway.edge.deps.scraper``); otherwise the route is open
 (expose it to the scraper only).
 """
 
@@ -13,9 +13,9 @@ from fastapi import APIRouter
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.responses import Response
 
-from gateway.deps import ScraperDep
-from gateway.http import GatewayRoute
-from gateway.openapi import errors
+from gateway.edge.deps import ScraperDep
+from gateway.edge.http import GatewayRoute
+from gateway.edge.openapi import errors
 
 router = APIRouter(route_class=GatewayRoute, tags=["operations"], responses=errors(401, 500))
 

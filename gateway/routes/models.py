@@ -6,9 +6,9 @@ import orjson
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from gateway.deps import TenantDep
-from gateway.http import GatewayRoute
-from gateway.openapi import errors
+from gateway.edge.deps import TenantDep
+from gateway.edge.http import GatewayRoute
+from gateway.edge.openapi import errors
 
 CREATED = 1_700_000_000
 router = APIRouter(route_class=GatewayRoute, tags=["v1"], responses=errors(401, 500))

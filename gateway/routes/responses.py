@@ -4,8 +4,8 @@ A Responses request runs exactly as a chat request does (``core.route`` and one 
 on the serving core: auth, rate limits, budget, both caches, ``auto``, ledger, metrics,
 traces); only the translation (``gateway.wire.responses_input``) and the rendering
 (``gateway.wire.responses_output``) are its own. Fields the gateway accepts without
-honouring are named in ``x-tiergate-ignored`` (``gateway.compat``). With ``store`` (the
-default) the Response is kept for its key (``gateway.responses_store``) before the
+honouring are named in ``x-tiergate-ignored`` (``gateway.wire.compat``). With ``store`` (the
+default) the Response is kept for its key (``gateway.wire.responses_store``) before the
 client sees it end, so a follow-up with ``previous_response_id`` always finds it.
 """
 
@@ -21,18 +21,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from backends.base import Chunk
-from gateway.compat import unsupported
-from gateway.deps import TenantDep
+from gateway.core.respond import collect, stream_response
+from gateway.core.serving import Run
+from gateway.core.timing import lap
+from gateway.edge.deps import TenantDep
+from gateway.edge.http import TracedRoute, read_body, until_disconnect
+from gateway.edge.openapi import GENERATION_ERRORS, request_body
 from gateway.errors import ApiError, InvalidRequest, NotFound, ServiceUnavailable
-from gateway.http import TracedRoute, read_body, until_disconnect
-from gateway.openapi import GENERATION_ERRORS, request_body
-from gateway.respond import collect, stream_response
-from gateway.responses_store import ResponseStore, StoredResponse, input_fits
-from gateway.routing import Ask
-from gateway.serving import Run
-from gateway.sse import Event, named_events
-from gateway.timing import lap
+from gateway.routing.route import Ask
 from gateway.wire.common import parse_body
+from gateway.wire.compat import unsupported
 from gateway.wire.format import RunView
 from gateway.wire.responses import CreateResponse
 from gateway.wire.responses_input import Translation, to_generation
@@ -42,6 +40,8 @@ from gateway.wire.responses_output import (
     ResponseEvents,
     whole_response,
 )
+from gateway.wire.responses_store import ResponseStore, StoredResponse, input_fits
+from gateway.wire.sse import Event, named_events
 from policies.responses_spec import ResponsesConfig
 from policies.store import StoreUnavailable
 from policies.tenants import Principal

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from policies.schema import BudgetSpec, CachePolicy, RateLimitSpec
+from policies.schema import MAX_LIMIT_USD, BudgetSpec, CachePolicy, RateLimitSpec
 
 
 class BudgetUpdate(BaseModel):
@@ -18,7 +18,7 @@ class BudgetUpdate(BaseModel):
     scope: Literal["global", "tenant", "key"] = "tenant"
     tenant: str | None = None
     key_id: str | None = None
-    limit_usd: float | None = Field(None, ge=0)  # null: uncapped
+    limit_usd: float | None = Field(None, ge=0, le=MAX_LIMIT_USD)  # null: uncapped
     window: Literal["daily", "monthly", "total"] = "daily"
     reset: bool = False
 

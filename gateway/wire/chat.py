@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from backends.base import GenerationRequest, SamplingParams
 from backends.messages import PART_MODALITIES
-from gateway.routing import new_request_id
+from gateway.routing.route import new_request_id
 from gateway.wire.common import SamplingFields
 
 

@@ -9,10 +9,10 @@ from functools import partial
 from typing import Any
 
 from backends.base import Chunk, Usage
-from gateway.sse import Event
 from gateway.wire.chat import ChatCompletionRequest, to_generation
 from gateway.wire.common import logprobs_body, parse_body
 from gateway.wire.format import RunView, WireFormat
+from gateway.wire.sse import Event
 
 
 def usage_dict(usage: Usage) -> dict[str, Any]:

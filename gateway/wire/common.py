@@ -8,8 +8,8 @@ import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from backends.base import TokenLogprob
-from gateway.compat import Compat
 from gateway.errors import InvalidRequest
+from gateway.wire.compat import Compat
 from gateway.wire.fields import passthrough_fields
 
 M = TypeVar("M", bound=BaseModel)
@@ -77,6 +77,10 @@ class SamplingFields(BaseModel):
         if self.metadata and "store" in extra:
             extra["metadata"] = self.metadata
         return extra
+
+    def annotations(self) -> dict[str, str] | None:
+        """The client's ``metadata``, for the ledger event and the trace."""
+        return self.metadata or None
 
     def compat(self) -> Compat:
         """``metadata`` that no engine is sent is named as ignored (``x-tiergate-ignored``)."""

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from backends.base import GenerationRequest, SamplingParams
 from gateway.errors import InvalidRequest
-from gateway.routing import new_request_id
+from gateway.routing.route import new_request_id
 from gateway.wire.common import SamplingFields
 
 

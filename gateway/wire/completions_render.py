@@ -9,11 +9,11 @@ from functools import partial
 from typing import Any
 
 from backends.base import Chunk, Usage
-from gateway.sse import Event
 from gateway.wire.chat_render import usage_chunk_body, usage_dict
 from gateway.wire.common import parse_body
 from gateway.wire.completions import CompletionRequest, to_generation
 from gateway.wire.format import RunView, WireFormat
+from gateway.wire.sse import Event
 
 
 def completion_body(

@@ -1,9 +1,12 @@
-"""The error body every failure answers with, as a model for ``/openapi.json``.
+"""The error bodies failures answer with, as models for ``/openapi.json``.
 
-``gateway.errors.ApiError.body`` writes this shape; a test checks the two agree.
+``gateway.errors.ApiError.body`` writes OpenAI's shape, ``gateway.wire.messages_output``
+Anthropic's (on ``/v1/messages``); a test checks each writer and its model agree.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -21,3 +24,18 @@ class ErrorResponse(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     error: ErrorDetail
+
+
+class AnthropicErrorDetail(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: str  # invalid_request_error, authentication_error, rate_limit_error…
+    message: str
+
+
+class AnthropicError(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["error"]
+    error: AnthropicErrorDetail
+    request_id: str | None = None

@@ -1,16 +1,16 @@
 """What a wire format implements to be served over the serving core.
 
-A format is four functions and a framing (``gateway.respond.serve`` runs them):
+A format is four functions and a framing (``gateway.core.respond.serve`` runs them):
 
 - ``parse(raw) -> body``: the body, validated (400 naming the field otherwise); the
-  body has ``model``, ``stream``, ``include_usage``, the client's ``metadata`` (recorded
-  on the ledger event and the trace) and ``compat()``: the hints it carries
-  (``gateway.compat``, named in ``x-tiergate-ignored``);
+  body has ``model``, ``stream``, ``include_usage``, ``annotations()`` (the client's
+  ``metadata`` pairs, recorded on the ledger event and the trace) and ``compat()`` (the
+  hints it carries: ``gateway.wire.compat``, named in ``x-tiergate-ignored``);
 - ``to_generation(body) -> GenerationRequest``: what the engine is asked;
 - ``whole(run, text, final) -> dict``: the whole answer, from the text the run produced
   and its final ``Chunk`` (finish reason, usage, tool calls, every token's logprobs);
 - ``events(run, chunks) -> AsyncIterator[dict]``: the stream, from the run's chunks;
-- ``framing`` (``gateway.sse``): how each event is written, the stream's last bytes,
+- ``framing`` (``gateway.wire.sse``): how each event is written, the stream's last bytes,
   and the body of an error event after the first byte (``OPENAI_SSE``: ``data:`` lines
   and ``[DONE]``; ``named_events(error)``: ``event: TYPE`` lines and no ``[DONE]``, as
   Responses and Messages send, with the format's own error event).
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from backends.base import Chunk, GenerationRequest
-from gateway.compat import Compat
-from gateway.sse import OPENAI_SSE, Event, Framing
+from gateway.wire.compat import Compat
+from gateway.wire.sse import OPENAI_SSE, Event, Framing
 
 
 class WireBody(Protocol):
@@ -37,8 +37,7 @@ class WireBody(Protocol):
     def stream(self) -> bool: ...
     @property
     def include_usage(self) -> bool: ...
-    @property
-    def metadata(self) -> Mapping[str, str] | None: ...
+    def annotations(self) -> Mapping[str, str] | None: ...
     def compat(self) -> Compat: ...
 
 

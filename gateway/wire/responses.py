@@ -1,5 +1,5 @@
 """``POST /v1/responses`` wire models: the request body, its input items and tools, and
-the table of every field under the compatibility policy (``gateway.compat``).
+the table of every field under the compatibility policy (``gateway.wire.compat``).
 
 The models check shapes only; ``gateway.wire.responses_input`` turns a body into a
 ``GenerationRequest`` and decides what the gateway does with each item and tool.
@@ -11,8 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
-from gateway.compat import Compat, FieldKind, review, unsupported
 from gateway.wire.common import Metadata
+from gateway.wire.compat import Compat, FieldKind, review, unsupported
 
 FunctionName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
 ItemStatus = Literal["in_progress", "completed", "incomplete"]

@@ -7,7 +7,7 @@ chat's parts; ``function_call`` items join the assistant turn as its ``tool_call
 ``function_call_output`` items become ``tool`` messages. A ``reasoning`` item is dropped
 and named (no tier here reads reasoning). Function tools lose Responses' flat shape,
 namespace tools are flattened (``NAMESPACE__NAME``), hosted tools follow the tenant's
-compatibility policy (``gateway.compat``).
+compatibility policy (``gateway.wire.compat``).
 
 Every item is also kept in the shape ``GET /v1/responses/{id}/input_items`` lists, with
 an id, for the stored conversation.
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backends.base import GenerationRequest, SamplingParams
-from gateway.compat import Compat, Mode, hosted_tools, unsupported
 from gateway.errors import InvalidRequest
+from gateway.wire.compat import Compat, Mode, hosted_tools, unsupported
 from gateway.wire.responses import (
     RUNNABLE_TOOLS,
     CreateResponse,

@@ -17,7 +17,7 @@ import httpx
 import pytest
 import yaml
 
-from gateway.reload_bus import config_version
+from gateway.cluster.reload_bus import config_version
 from policies.loader import load_config
 from tests.redis_servers import REDIS7_URL, delete_prefix
 from tiergate_testing.configs import fake_config

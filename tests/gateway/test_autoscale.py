@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from backends.fake import FakeEngine
 from backends.pool import EnginePool, Replica
-from gateway.autoscale import Autoscaler, percentile, tier_utilisation
-from policies.schema import AutoscaleConfig
+from gateway.telemetry.autoscale import Autoscaler, percentile, tier_utilisation
+from policies.service_spec import AutoscaleConfig
 
 
 def test_percentile_is_nearest_rank() -> None:

@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from backends.base import GenerationRequest
-from gateway.spend import prompt_upper_tokens, worst_cases
+from gateway.money.spend import prompt_upper_tokens, worst_cases
 from gateway.wire.chat import ChatCompletionRequest, to_generation
 from policies.schema import GatewayConfig
 from policies.spending import tenant_scopes
@@ -263,6 +263,11 @@ def test_admin_lists_sets_and_reports_spend(setup: Any) -> None:
             )
         bad = http.put("/admin/api/budgets", json={"scope": "tenant", "limit_usd": -1})
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "limit_usd"
+        # A cap too large for the store's nano-dollar integers is a 400 too, and sets nothing
+        # (it was a 500 on the next read: the fuzz test found it).
+        huge = http.put("/admin/api/budgets", json={"tenant": "broke", "limit_usd": 1e300})
+        assert huge.status_code == 400 and huge.json()["error"]["param"] == "limit_usd"
+        assert http.get("/admin/api/budgets").status_code == 200
         no_tenant = http.put("/admin/api/budgets", json={"scope": "tenant", "limit_usd": 1})
         assert no_tenant.status_code == 400
         assert "tenant is required" in no_tenant.json()["error"]["message"]

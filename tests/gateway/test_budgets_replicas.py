@@ -18,7 +18,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.spend import worst_cases
+from gateway.money.spend import worst_cases
 from gateway.wire.chat import ChatCompletionRequest, to_generation
 from policies.ledger import day_of
 from policies.schema import GatewayConfig

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gateway.objective import expected_costs
+from gateway.routing.objective import expected_costs
 from gateway.settings import load_effective_config
 from routers.classifier import ComplexityModel
 from routers.objective import choose

@@ -1,11 +1,11 @@
-"""The compatibility policy's machinery (``gateway.compat``), as every route family uses it."""
+"""The compatibility policy's machinery (``gateway.wire.compat``), as every route family uses it."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.compat import HEADER, Compat, hosted_tools, review
 from gateway.errors import InvalidRequest
+from gateway.wire.compat import HEADER, Compat, hosted_tools, review
 
 KINDS = {"prompt_cache_key": "hint", "reasoning": "hint", "background": "refused", "n": "honoured"}
 

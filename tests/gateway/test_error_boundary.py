@@ -86,7 +86,7 @@ def test_unexpected_errors_are_openai_shaped_500s_on_every_route(
             # The connection survived every 500: the next request on it is served.
             assert client.get("/healthz").status_code == 200
     # The detail is in the log, under the id the client saw.
-    logged = [r for r in caplog.records if r.name == "gateway.error_boundary"]
+    logged = [r for r in caplog.records if r.name == "gateway.edge.error_boundary"]
     assert len(logged) == 7 and all(r.exc_info and SECRET in str(r.exc_info[1]) for r in logged)
 
 

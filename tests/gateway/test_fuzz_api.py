@@ -4,7 +4,8 @@ For each operation of the /v1 surface and the admin API, schemathesis generates 
 that fit the schema (positive) and requests that break it (negative); each is sent with
 a valid key (a tenant key on /v1, the admin key on /admin). Every answer must be below
 500, conform to the schema (status code documented, content type, error bodies in
-OpenAI's shape), and every error must be ``{"error": {message, type, param, code}}``.
+OpenAI's shape), and every error must be ``{"error": {message, type, param, code}}``
+(Anthropic's ``{"type": "error", "error": {type, message}}`` on ``/v1/messages*``).
 The protocol fake engine answers, so the run is bounded (about 60-90 s on 2 shared cores).
 """
 
@@ -26,7 +27,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from gateway.wire.errors import ErrorResponse
+from gateway.wire.errors import AnthropicError, ErrorResponse
 from tests.gateway.ledger_seed import ADMIN_KEY, admin_config
 from tiergate_testing.configs import TEST_KEY, fake_config
 from tiergate_testing.gateways import running_gateway
@@ -44,10 +45,11 @@ def fuzzed(path: str) -> bool:
     return path.startswith(("/v1/", "/admin/api/"))
 
 
-def _check_error_shape(response: Any) -> None:
+def _check_error_shape(response: Any, path: str) -> None:
     assert response.status_code < 500, (response.status_code, response.text)
     if response.status_code >= 400:
-        ErrorResponse.model_validate(orjson.loads(response.content))
+        shape = AnthropicError if path.startswith("/v1/messages") else ErrorResponse
+        shape.model_validate(orjson.loads(response.content))
 
 
 def _fuzz(
@@ -69,7 +71,7 @@ def _fuzz(
         response = case.call(base_url=base_url, headers=headers, timeout=30)
         counts[f"{case.method} {case.path} {mode.value}"] += 1
         counts[f"status {response.status_code}"] += 1
-        _check_error_shape(response)
+        _check_error_shape(response, operation.path)
         case.validate_response(response, checks=CHECKS, headers=headers)
 
     try:

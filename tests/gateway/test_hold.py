@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import pytest
 
 from backends.base import Usage
+from gateway.core.outcome import Outcome, embedding_outcome
 from gateway.errors import InsufficientQuota, RateLimited
-from gateway.hold import Hold, Money
-from gateway.outcome import Outcome, embedding_outcome
-from gateway.spend import WorstCase
+from gateway.money.hold import Hold, Money
+from gateway.money.spend import WorstCase
 from policies.ledger import SpendEvent
 from policies.schema import GatewayConfig
 from policies.settle_journal import SettleJournal

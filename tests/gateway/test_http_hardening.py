@@ -13,9 +13,9 @@ import httpx
 import orjson
 import yaml
 
-from gateway.throttle import GuessThrottle
+from gateway.admin.throttle import GuessThrottle
 from policies.budget import tenant_scope
-from policies.schema import MetricsConfig
+from policies.service_spec import MetricsConfig
 from policies.spending import tenant_scopes
 from tests.gateway.ledger_seed import ADMIN_KEY
 from tests.support import PYTHON, REPO

@@ -15,7 +15,7 @@ import orjson
 import pytest
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from gateway.server_protocol import BAD_REQUEST_CODE, gateway_protocol
+from gateway.edge.server_protocol import BAD_REQUEST_CODE, gateway_protocol
 from tiergate_testing.configs import TEST_KEY, fake_config
 from tiergate_testing.gateways import GatewayProcess, running_gateway, subprocess_env
 

@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from gateway.spend import prompt_upper_tokens
+from gateway.money.spend import prompt_upper_tokens
 from gateway.wire.chat import ChatCompletionRequest, to_generation
 from policies.loader import load_config
 from policies.spending import tenant_scopes

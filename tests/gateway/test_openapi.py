@@ -7,11 +7,12 @@ from typing import Any
 
 import httpx
 
+from gateway.edge.openapi import BODY_MODELS
 from gateway.errors import ApiError, InvalidRequest
-from gateway.openapi import BODY_MODELS
+from gateway.wire import messages_output
 from gateway.wire.admin import TenantCreate, TenantUpdate
 from gateway.wire.chat import ChatCompletionRequest
-from gateway.wire.errors import ErrorResponse
+from gateway.wire.errors import AnthropicError, ErrorResponse
 from policies.schema import TenantSpec
 from tiergate_testing.configs import fake_config
 from tiergate_testing.gateways import running_gateway
@@ -79,13 +80,15 @@ def test_openapi_describes_the_v1_surface_from_the_wire_models() -> None:
     assert len(route_body["schema"]["anyOf"]) == 2
     for model in BODY_MODELS:
         assert model.__name__ in schema["components"]["schemas"]
-    # Errors: the OpenAI shape, on every /v1 operation; FastAPI's 422 is not there.
+    # Errors: the OpenAI shape on every /v1 operation, Anthropic's on /v1/messages*;
+    # FastAPI's 422 is not there.
     for path, item in paths.items():
         for operation in item.values():
             assert "422" not in operation["responses"], path
             if path.startswith("/v1/"):
                 error = operation["responses"]["401"]["content"]["application/json"]["schema"]
-                assert error["$ref"].endswith("/ErrorResponse")
+                shape = "/AnthropicError" if path.startswith("/v1/messages") else "/ErrorResponse"
+                assert error["$ref"].endswith(shape), path
     security = schema["components"]["securitySchemes"]
     assert {"tenantKey", "adminKey"} <= set(security)
     assert chat["security"] == [{"tenantKey": []}]
@@ -113,3 +116,5 @@ def test_the_tenant_body_is_the_tenant_spec_without_keys() -> None:
 def test_the_error_model_matches_what_errors_write() -> None:
     for error in (InvalidRequest("bad", param="messages", code="invalid_value"), ApiError("x")):
         assert ErrorResponse.model_validate(error.body()).model_dump() == error.body()
+        anthropic = messages_output.error_body(error, "req-1")
+        assert AnthropicError.model_validate(anthropic).model_dump() == anthropic

@@ -14,7 +14,7 @@ from typing import Any
 import openai
 import pytest
 
-from gateway.spend import prompt_upper_tokens
+from gateway.money.spend import prompt_upper_tokens
 from gateway.wire.chat import ChatCompletionRequest, to_generation
 from policies.schema import GatewayConfig
 from policies.spending import tenant_scopes

@@ -13,9 +13,9 @@ import pytest
 import yaml
 from PIL import Image
 
-from gateway.image_size import HEAD_BYTES, data_url_size
-from gateway.part_pricing import image_tiles, image_tokens, parts_upper_tokens, priceable
-from gateway.spend import prompt_upper_tokens
+from gateway.core.image_size import HEAD_BYTES, data_url_size
+from gateway.core.part_pricing import image_tiles, image_tokens, parts_upper_tokens, priceable
+from gateway.money.spend import prompt_upper_tokens
 from gateway.wire.chat import ChatCompletionRequest, to_generation
 from policies.loader import ConfigError, parse_config
 from policies.part_tokens import AudioRate, ImageTiles

@@ -17,9 +17,9 @@ from tests.support import REPO
 PACKAGES = ("gateway", "routers", "backends", "policies")
 STATE = "GatewayState"
 # App startup: the lifespan builds the state, joins the cluster, closes it.
-STARTUP = {"gateway/app.py", "gateway/cluster.py", "gateway/state.py"}
+STARTUP = {"gateway/app.py", "gateway/cluster/deployment.py", "gateway/state.py"}
 # The admin routes and what only they call (admin auth, policy reloads and their bus).
-ADMIN = {"gateway/admin_auth.py", "gateway/reload.py", "gateway/reload_bus.py"}
+ADMIN = {"gateway/admin/auth.py", "gateway/cluster/reload.py", "gateway/cluster/reload_bus.py"}
 ADMIN_FOLDERS = ("gateway/admin/",)
 ADMIN_ROUTES = "gateway/routes/admin_"
 

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import INVALID_SPAN, SpanKind, StatusCode
 
-from gateway.tracing import AUTH, stage
+from gateway.telemetry.tracing import AUTH, stage
 from tiergate_testing.configs import TEST_KEY, fake_config
 from tiergate_testing.gateways import RunningGateway, running_gateway
 

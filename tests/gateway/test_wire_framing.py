@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import ApiError, UpstreamError
-from gateway.sse import OPENAI_SSE, named_events, sse
+from gateway.wire.sse import OPENAI_SSE, named_events, sse
 
 
 async def events(fail: bool) -> AsyncIterator[dict[str, Any]]:

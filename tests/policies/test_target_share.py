@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
-from gateway.target_share import TargetShares
+from gateway.routing.target_share import TargetShares
 from policies.schema import GatewayConfig, RoutingConfig
 from policies.score_sketch import bin_of, quantile, thresholds_for
 from policies.share_store import MemoryShareStore, RedisShareStore, ShareStore

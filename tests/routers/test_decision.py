@@ -110,7 +110,7 @@ def test_min_above_max_is_a_config_error() -> None:
 
 
 def test_budget_downgrade_in_spend_respects_min_and_allowed_tiers() -> None:
-    from gateway.spend import downgrade_tiers
+    from gateway.money.spend import downgrade_tiers
 
     cfg = config(min_tier="medium")
     assert downgrade_tiers(cfg, cfg.tenants["acme"], "large") == ["large", "medium"]

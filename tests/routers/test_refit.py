@@ -179,7 +179,7 @@ def test_the_shadow_tier_is_the_neighbour() -> None:
 
 
 def test_the_feedback_loop_and_its_judge_need_a_restart_the_rest_reloads() -> None:
-    from gateway.reload import _needs_restart
+    from gateway.cluster.reload import _needs_restart
     from policies.schema import GatewayConfig
     from tiergate_testing.configs import fake_config
 

@@ -1,0 +1,1 @@
+"""What one gateway process shares with the rest of a deployment: nodes, reloads."""

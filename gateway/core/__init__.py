@@ -1,0 +1,1 @@
+"""The serving core: one run of a request, whatever its wire format."""

@@ -1,0 +1,378 @@
+"""The serving core: one per config snapshot, and the one run of each request on it.
+
+The lifespan builds the collaborators once (pools, the cache, the money's stores, the
+router's models, metrics) and a ``ServingCore`` over them and the config; each policy
+reload builds a new core over the same collaborators and the new snapshot. A request
+takes the core once, with its key lookup, and runs wholly on it: ``route(ask)`` (in
+``gateway.routing.route``), then ``run(routed)``:
+
+admit (the request's ``Hold``: rate limit, budget) → the cache (its ``CacheProbe``), or
+a stream on the tier's pool (failing over along the tier chain before the first token)
+→ typed chunks to the wire format → one ``Outcome`` → settle. It knows no JSON and no
+HTTP: wire formats are at the edge (``gateway.wire.format``, ``gateway.core.respond``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from backends.base import Chunk, GenerationRequest
+from backends.errors import EngineError, EngineUnavailable
+from backends.pool import EnginePool, Replica, StreamInfo
+from gateway.cache.record import CachedResponse, Recorder
+from gateway.cache.service import PromptCache
+from gateway.core.outcome import Charges, Outcome, Progress, conclude
+from gateway.core.timing import current_timer, timed
+from gateway.errors import GatewayTimeout, from_engine_error
+from gateway.feedback.service import Feedback
+from gateway.money.hold import Hold, Money
+from gateway.routing.route import Ask, RoutedRequest, Router, route
+from gateway.telemetry import observe
+from gateway.telemetry.metrics import GatewayMetrics
+from gateway.telemetry.tracing import GENERATION, SETTLEMENT, current_trace
+from gateway.wire.responses_store import ResponseStore
+from policies.schema import GatewayConfig
+from policies.store import Store
+from routers.decision import TierDecision
+from routers.wordpiece import ServedEmbedder
+
+log = logging.getLogger(__name__)
+
+
+class Readiness:
+    """Whether this process serves: set once started, cleared at shutdown."""
+
+    __slots__ = ("ready",)
+
+    def __init__(self) -> None:
+        self.ready = False
+
+
+@dataclass(frozen=True, slots=True)
+class Collaborators:
+    pools: Mapping[str, EnginePool]
+    replicas: Mapping[str, Sequence[Replica]]
+    router: Router
+    money: Money
+    cache: PromptCache | None
+    metrics: GatewayMetrics
+    store: Store  # the shared store (typed sub-stores open from it)
+    served_embedder: ServedEmbedder | None  # the classifier's MiniLM, for /v1/embeddings
+    readiness: Readiness
+    responses: ResponseStore  # stored /v1/responses, per API key
+    feedback: Feedback | None = None  # ``routing.feedback``: records, shadows, refits
+
+
+@dataclass(frozen=True, slots=True)
+class ServingCore:
+    config: GatewayConfig  # the snapshot every request on this core runs by
+    parts: Collaborators
+
+    def reconfigured(self, config: GatewayConfig) -> ServingCore:
+        """The core for a reloaded policy: the same collaborators, the new snapshot."""
+        return ServingCore(config, self.parts)
+
+    async def route(self, ask: Ask, *, explain: bool = False) -> RoutedRequest:
+        parts = self.parts
+        return await route(self.config, parts.router, parts.cache, ask, explain=explain)
+
+    def run(self, routed: RoutedRequest) -> Run:
+        parts = self.parts
+        return Run(routed, parts.pools, parts.money, parts.metrics, parts.feedback)
+
+
+class Run:
+    """One request's run: ``open`` admits it (rate limit, budget) and primes the stream,
+    ``chunks`` drains it, ``close`` (always called, once it has ended in any way) settles.
+
+    ``progress`` is what it has seen so far; ``outcome`` is set once, when it ends. What
+    a wire format reads of it: ``request_id``, ``created``, ``model`` (once ``open`` has
+    returned), ``include_usage``, and the chunks."""
+
+    def __init__(
+        self,
+        routed: RoutedRequest,
+        pools: Mapping[str, EnginePool],
+        money: Money,
+        metrics: GatewayMetrics,
+        feedback: Feedback | None = None,
+    ) -> None:
+        self.routed = routed
+        self.config = routed.config
+        self.pools = pools
+        self.metrics = metrics
+        self.decision = decision = routed.decision  # moved only by ``_move``
+        model = decision.pinned_model or routed.generation.model
+        self.progress = Progress(decision.tier, model, decision.trail)
+        self.outcome: Outcome | None = None
+        self.hold = Hold.for_generation(money, routed, self._end)
+        self._stream: AsyncIterator[Chunk] | None = None
+        self._first: Chunk | None = None
+        self._deadline = asyncio.get_running_loop().time() + self.config.server.request_timeout_s
+        self.started = time.perf_counter()
+        self.trace = current_trace()
+        observe.begin(self.trace, routed)
+        self._generation = self.trace.start(GENERATION)
+        self._draining = False
+        self._recorder: Recorder | None = None
+        # routing.feedback: a sampled request collects its answer for the judge
+        self.feedback = feedback
+        self._tap = feedback.tap(routed) if feedback is not None else None
+        self._fed = False
+
+    @property
+    def request_id(self) -> str:
+        return self.routed.request_id
+
+    @property
+    def created(self) -> int:
+        return self.routed.created
+
+    @property
+    def model(self) -> str:
+        """The model answering (known once ``open`` has returned)."""
+        return self.progress.model
+
+    @property
+    def include_usage(self) -> bool:
+        return self.routed.include_usage
+
+    async def open(self) -> None:
+        """Admit, then get the first chunk, failing over along the tier chain while
+        nothing was sent."""
+        with timed("budget.reservation"):
+            await self.hold.open()
+        self._admitted()
+        if not await self._from_cache():
+            await self._dispatch()
+
+    def _admitted(self) -> None:
+        """Run on the tier admission held money for (a budget downgrade)."""
+        ticket = self.hold.ticket
+        assert ticket is not None
+        if ticket.downgraded:
+            held = ticket.held.tier
+            self._move(held, f"budget: downgraded {self.decision.tier} -> {held}")
+            self.progress.downgraded_from = ticket.requested_tier
+
+    def _move(self, tier: str, why: str) -> None:
+        """The one place the tier moves after routing (a budget downgrade at admission, a
+        failover before the first token): the move joins the trail; a pinned model is
+        dropped."""
+        self.decision = decision = self.decision.moved(tier, why)
+        self.progress.tier, self.progress.trail = decision.tier, decision.trail
+
+    async def _dispatch(self) -> None:
+        asked, visited = self.decision.tier, []
+        while True:
+            tier = self.decision.tier
+            info = StreamInfo()
+            stream = self.pools[tier].stream(self._engine_request(self.decision), info)
+            self.progress.dispatched = True
+            try:
+                with timed("engine"):
+                    async with asyncio.timeout_at(self._deadline):
+                        first = await anext(stream)
+            except EngineUnavailable as exc:
+                self.progress.dispatched = False
+                fallback = self.config.tiers[tier].fallback
+                if fallback is None or fallback in visited or fallback == asked:
+                    self._end(str(exc))
+                    raise from_engine_error(exc) from exc
+                visited.append(tier)
+                self._move(fallback, f"failover: {tier} -> {fallback} ({exc})")
+                self.progress.failover_from = self.progress.failover_from or tier
+                continue
+            except EngineError as exc:
+                self.progress.dispatched = False
+                self._end(str(exc))
+                raise from_engine_error(exc) from exc
+            except TimeoutError:
+                await _aclose(stream)
+                raise self._timed_out() from None
+            except asyncio.CancelledError:
+                # The client left before the first token: abort the engine request now.
+                self._end("cancelled")
+                await _aclose(stream)
+                raise
+            self.progress.model = info.model or self.progress.model
+            self._primed(stream, first)
+            return
+
+    def _engine_request(self, decision: TierDecision) -> GenerationRequest:
+        """What the engine on ``decision.tier`` is asked, built once per dispatch from the
+        wire's request: the pinned model (else the one asked for), a whole answer or a
+        stream, and never more completion tokens than the reservation paid for on any
+        model that tier's pool may pick (the hold's run cap)."""
+        cap = self.hold.run_cap(decision.tier, decision.pinned_model)
+        self.progress.run_cap = cap
+        generation = self.routed.generation
+        return replace(
+            generation,
+            model=decision.pinned_model or generation.model,
+            whole=not self.routed.stream,
+            sampling=replace(generation.sampling, max_tokens=cap),
+        )
+
+    def _primed(self, stream: AsyncIterator[Chunk], first: Chunk) -> None:
+        self.progress.first_chunk_s = time.perf_counter() - self.started
+        self._count(first)
+        self._stream, self._first = stream, first
+
+    async def _from_cache(self) -> bool:
+        """Answer from the cache if it has the answer; else arrange to store the live one."""
+        probe = self.routed.cache
+        if probe is None:
+            return False
+        if probe.looks_up:
+            found = await probe.found()
+            self.progress.cache, self.progress.similarity = found.status, found.similarity
+            if found.response is not None:
+                await self._replay(found.status, found.response)
+                return True
+        # A budget downgrade answers on a cheaper tier than asked: not the request's answer.
+        downgraded = self.hold.ticket is not None and self.hold.ticket.downgraded
+        if probe.plan.store and not downgraded:
+            self._recorder = Recorder()
+        return False
+
+    async def _replay(self, status: str, hit: CachedResponse) -> None:
+        progress = self.progress
+        progress.tier, progress.model, progress.hit_cost_usd = hit.tier, hit.model, hit.cost_usd
+        progress.trail = (*progress.trail, f"cache: {status} hit from tier {hit.tier}")
+        stream = hit.replay()
+        self._primed(stream, await anext(stream))
+
+    def _count(self, chunk: Chunk) -> None:
+        if self._tap is not None:
+            self._tap.add(chunk.text)
+        if chunk.text or chunk.tool_calls:
+            progress = self.progress
+            progress.streamed_chunks += 1
+            text = chunk.text  # its UTF-8 bytes; ASCII text without encoding it (per chunk)
+            progress.streamed_bytes += len(text) if text.isascii() else len(text.encode())
+            if progress.first_token_s is None:
+                progress.first_token_s = time.perf_counter() - self.started
+
+    async def chunks(self) -> AsyncIterator[Chunk]:
+        """The primed first chunk, then the rest; an engine error after the first byte
+        surfaces as ``ApiError`` for the SSE layer to turn into an error event."""
+        assert self._stream is not None and self._first is not None
+        stream, first = self._stream, self._first
+        self._draining = True
+        try:
+            chunk: Chunk | None = first
+            while chunk is not None:
+                if chunk.finish_reason is not None or chunk.usage is not None:
+                    chunk = self._final(chunk)
+                if self._recorder is not None:
+                    self._recorder.add(chunk)
+                yield chunk
+                async with asyncio.timeout_at(self._deadline):
+                    chunk = await anext(stream, None)
+                if chunk is not None:
+                    self._count(chunk)
+            await self._fill_cache()
+        except EngineError as exc:
+            self._end(str(exc))
+            raise from_engine_error(exc) from exc
+        except TimeoutError:
+            raise self._timed_out() from None
+        finally:
+            await _aclose(stream)
+            if self.outcome is None:
+                self._end("cancelled")
+
+    def _final(self, chunk: Chunk) -> Chunk:
+        """The last chunk ends the request; without usage it gets the usage charged."""
+        self.progress.usage, self.progress.finish_reason = chunk.usage, chunk.finish_reason
+        outcome = self._end(None)
+        return chunk if chunk.usage is not None else replace(chunk, usage=outcome.usage)
+
+    async def _fill_cache(self) -> None:
+        """Only a stream that ran to its natural end reaches here: store it."""
+        probe, recorder, outcome = self.routed.cache, self._recorder, self.outcome
+        if probe is None or recorder is None or outcome is None or outcome.error is not None:
+            return
+        finished = recorder.finished(
+            model=outcome.model, tier=outcome.tier, cost_usd=outcome.cost_usd
+        )
+        if finished is not None:
+            await probe.store(finished)
+
+    def _timed_out(self) -> GatewayTimeout:
+        timeout = self.config.server.request_timeout_s
+        self._end("timeout")
+        return GatewayTimeout(f"the engine did not finish within {timeout:g} s")
+
+    def _end(self, error: str | None, denied: str | None = None) -> Outcome:
+        """The request has ended: compute its one ``Outcome`` and record metrics and trace."""
+        if self.outcome is not None:
+            return self.outcome
+        probe, ticket = self.routed.cache, self.hold.ticket
+        charges = Charges(
+            prompt_upper=ticket.prompt_upper if ticket is not None else 0,
+            hit_charge=probe.hit_charge if probe is not None else 0.0,
+        )
+        latency_s = time.perf_counter() - self.started
+        with self.trace.stage(SETTLEMENT):
+            outcome = self.outcome = conclude(
+                self.config,
+                self.progress,
+                charges,
+                error=error,
+                denied=denied,
+                latency_s=latency_s,
+                classify_s=self.routed.classify_s,
+            )
+        if outcome.saved_cache_usd and probe is not None:
+            probe.saved(outcome.saved_cache_usd)
+        observe.finish(self.metrics, self.trace, self._generation, self.routed, outcome)
+        return outcome
+
+    async def close(self) -> None:
+        """Abort an unread stream and settle the budget (the hold); safe to call more than
+        once, and never raises: the answer may already be with the client."""
+        if self._stream is not None and not self._draining:
+            self._draining = True
+            await _aclose(self._stream)
+        if self.feedback is not None and not self._fed:
+            self._fed = True  # once per request: its record, and its shadow pair when sampled
+            self.feedback.finished(self.routed, self._end("cancelled", None), self._tap)
+        await self.hold.close()
+
+    def headers(self) -> dict[str, str]:
+        """From the ``Outcome`` once the request has ended (a whole answer), else from
+        what is known when a stream starts."""
+        seen = self.outcome if self.outcome is not None else self.progress
+        headers = {
+            "x-request-id": self.routed.request_id,
+            "x-tiergate-tier": seen.tier,
+            "x-tiergate-model": seen.model,
+            "x-tiergate-cache": seen.cache,
+        }
+        if seen.similarity is not None and seen.cache == "semantic":
+            headers["x-tiergate-cache-similarity"] = f"{seen.similarity:.4f}"
+        if self.decision.score is not None:
+            headers["x-tiergate-complexity"] = f"{self.decision.score:.4f}"
+        if seen.failover_from is not None:
+            headers["x-tiergate-failover"] = f"{seen.failover_from}->{seen.tier}"
+        headers.update(self.hold.headers)
+        if seen.downgraded_from is not None:
+            headers["x-tiergate-downgraded"] = f"{seen.downgraded_from}->{seen.tier}"
+        if self.outcome is not None and not self.routed.stream:
+            headers["x-tiergate-cost-usd"] = f"{self.outcome.cost_usd:.8f}"
+        timer = current_timer()
+        if timer is not None:
+            headers["server-timing"] = timer.header()
+        return headers
+
+
+async def _aclose(stream: AsyncIterator[Chunk]) -> None:
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()

@@ -1,0 +1,1 @@
+"""The edge: the HTTP server, request plumbing, auth dependencies, error pages."""

@@ -1,0 +1,369 @@
+"""One request's money behind one handle, as httpx's ``Client.stream`` owns a response.
+
+``Hold.open`` checks the rate limits and reserves the worst case (``admit_worst``: 429,
+503 fail-closed, or the money held for a cheaper tier the tenant can afford), then keeps
+the hold alive with a heartbeat while the request runs; ``run_cap`` is what the engine
+may generate on a tier without outgrowing the reservation; ``close`` stops the heartbeat
+and settles what the request came to (``settle``: the charge and its ledger event) or
+records its refusal, in a task of its own. In one task::
+
+    async with Hold(money, config, call, worst, rate_tokens, end) as hold: ...
+
+or across tasks (a stream is closed by the response writing it): ``await hold.open()``,
+later ``await hold.close()``. ``end(error, denied)`` is the request's one ``Outcome``:
+computed on its first call, returned unchanged after, so a refusal ends the request
+before ``open`` raises and ``close`` settles whatever it ended as. Every function here
+takes the ``Money`` collaborator (the stores) and the request's config snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Protocol
+
+from gateway.core.outcome import Outcome
+from gateway.core.timing import timed
+from gateway.errors import ApiError, InsufficientQuota, RateLimited, ServiceUnavailable
+from gateway.money.spend import WorstCase, admission_worst, run_cap
+from policies.budget import GLOBAL_SCOPE, BudgetStore, Denied, Reservation
+from policies.ledger import Ledger
+from policies.ratelimit import RateLimiter
+from policies.schema import GatewayConfig
+from policies.settle_journal import SettleJournal
+from policies.spending import budget_scopes, rate_scopes
+from policies.store import StoreUnavailable
+from policies.tenants import Principal
+
+if TYPE_CHECKING:
+    from gateway.routing.route import RoutedRequest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Money:
+    """The stores a request's money goes through, built once at startup."""
+
+    budgets: BudgetStore
+    limiter: RateLimiter
+    journal: SettleJournal  # settles the store refuses wait here (and on disk) until it is back
+    ledger: Ledger
+    # Settlements run as their own tasks so a cancelled request still settles; the
+    # lifespan waits for them before closing the store.
+    background: set[asyncio.Task[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class TierReservation:
+    """Money held for ``tier``, the most capable candidate whose worst case fitted."""
+
+    tier: str
+    worst: WorstCase
+    reservation: Reservation | None  # None: the store was down and the tenant fails open
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    """What admission decided; settlement needs it."""
+
+    held: TierReservation
+    requested_tier: str
+    prompt_upper: int
+    rate_tokens: int  # what the token rate limit counted at admission
+    headers: tuple[tuple[str, str], ...]
+
+    @property
+    def downgraded(self) -> bool:
+        return self.held.tier != self.requested_tier
+
+    @property
+    def completion_cap(self) -> int:
+        """The completion tokens the reservation was sized for (before per-model caps)."""
+        return self.held.worst.completion_tokens
+
+
+class Admitted(Protocol):
+    """What settlement needs of a request: a ``RoutedRequest``, or an embeddings call."""
+
+    @property
+    def config(self) -> GatewayConfig: ...
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def principal(self) -> Principal: ...
+    @property
+    def metadata(self) -> Mapping[str, str] | None: ...  # the client's, for the ledger
+
+
+Ending = Callable[[str | None, str | None], Outcome]
+
+
+class Hold:
+    """Reservation, heartbeat, run cap and settlement of one request."""
+
+    def __init__(
+        self,
+        money: Money,
+        config: GatewayConfig,
+        call: Admitted,
+        worst: Sequence[WorstCase],
+        rate_tokens: int,
+        end: Ending,
+    ) -> None:
+        self.money, self.config, self.call = money, config, call
+        self.worst, self.rate_tokens, self.end = worst, rate_tokens, end
+        self.ticket: Ticket | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._settling: asyncio.Task[None] | None = None
+
+    @classmethod
+    def for_generation(cls, money: Money, routed: RoutedRequest, end: Ending) -> Hold:
+        """A generation's hold: its tier's worst case, then (a ``downgrade`` tenant) the
+        cheaper tiers it may be moved to, most capable first."""
+        config, decision = routed.config, routed.decision
+        worst, rate_tokens = admission_worst(
+            config, routed.generation, decision.tier, routed.principal.policy, decision.pinned_model
+        )
+        return cls(money, config, routed, worst, rate_tokens, end)
+
+    async def open(self) -> Ticket:
+        """Rate limits, then one reservation; raises the refusal (``RateLimited``,
+        ``InsufficientQuota``, ``ServiceUnavailable``) once it is recorded. A hold that
+        failed to open is closed: there is nothing to ``close`` after it."""
+        try:
+            ticket = await admit_worst(self.money, self.call, self.worst, self.rate_tokens)
+        except RateLimited as exc:
+            await self._refused(exc.code or "rate_limited", "rate_limit")
+            raise
+        except InsufficientQuota as exc:
+            await self._refused(exc.code or "insufficient_quota", "budget")
+            raise
+        except ApiError as exc:  # the budget or rate-limit store is down (503)
+            await self._refused(exc.code or "refused", None)
+            raise
+        except BaseException:  # cancelled while admitting: nothing is held
+            await self.close()
+            raise
+        self.ticket = ticket
+        self._heartbeat = keep_alive(self.money.budgets, self.config, ticket)
+        return ticket
+
+    async def _refused(self, error: str, denied: str | None) -> None:
+        self.end(error, denied)
+        await self.close()
+
+    @property
+    def headers(self) -> tuple[tuple[str, str], ...]:
+        """The rate-limit headers admission answered with (none before it)."""
+        return () if self.ticket is None else self.ticket.headers
+
+    def run_cap(self, tier: str, pinned: str | None) -> int:
+        """The ``max_tokens`` an engine request on ``tier`` runs with: what the
+        reservation paid for, on the dearest model that tier's pool may pick."""
+        assert self.ticket is not None, "open() first"
+        return run_cap(self.config, tier, self.ticket.completion_cap, pinned)
+
+    async def close(self) -> None:
+        """Stop the heartbeat and settle; safe to call more than once, never raises.
+        Settlement is a task of its own: a request cancelled while closing still settles."""
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        if self._settling is None:
+            outcome = self.end("cancelled", None)
+            self._settling = settle_later(self.money, self.call, self.ticket, outcome)
+        if self._settling is not None:
+            await asyncio.shield(self._settling)
+
+    async def __aenter__(self) -> Hold:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+async def reserve_best_tier(
+    config: GatewayConfig,
+    budgets: BudgetStore,
+    principal: Principal,
+    request_id: str,
+    worst: Sequence[WorstCase],
+) -> TierReservation | Denied:
+    """The budget side of budget-aware routing: one atomic reservation, on every scope of
+    this tenant and key, for the first (most capable) candidate whose worst case fits.
+
+    ``worst`` is most capable first. Raises ``ServiceUnavailable`` (503
+    budget_unavailable) when the store is down and the tenant does not fail open."""
+    tiers = [w.tier for w in worst]
+    scopes = budget_scopes(config, principal)
+    try:
+        result = await budgets.reserve(request_id, scopes, [w.usd for w in worst])
+    except StoreUnavailable as exc:
+        if not principal.policy.budget_fail_open:
+            log.warning("budget store unreachable, refusing %s: %s", request_id, exc)
+            raise ServiceUnavailable(
+                "the budget store is unreachable; try again shortly",
+                code="budget_unavailable",
+                headers={"Retry-After": "2"},
+            ) from exc
+        log.warning("budget store down; tenant %s fails open: %s", principal.tenant, exc)
+        return TierReservation(tiers[0], worst[0], None)
+    if isinstance(result, Denied):
+        return result
+    return TierReservation(tiers[result.choice], worst[result.choice], result)
+
+
+async def _check_rate(
+    limiter: RateLimiter, principal: Principal, request_id: str, tokens: int
+) -> dict[str, str]:
+    scopes = rate_scopes(principal)
+    if not scopes:
+        return {}
+    try:
+        decision = await limiter.acquire(request_id, scopes, tokens)
+    except StoreUnavailable as exc:
+        if principal.policy.rate_limit_fail_open:
+            log.warning("rate-limit store down; tenant %s fails open: %s", principal.tenant, exc)
+            return {}
+        raise ServiceUnavailable(
+            "the rate-limit store is unreachable; try again shortly",
+            code="rate_limit_unavailable",
+            headers={"Retry-After": "2"},
+        ) from exc
+    headers = decision.headers()
+    if not decision.allowed:
+        raise RateLimited(
+            f"Rate limit reached for {decision.refused_by}; retry after "
+            f"{decision.retry_after_s:.1f}s.",
+            headers=headers,
+        )
+    return headers
+
+
+async def admit_worst(
+    money: Money,
+    call: Admitted,
+    worst: Sequence[WorstCase],
+    rate_tokens: int,
+) -> Ticket:
+    """Rate limits (``rate_tokens`` against tokens-per-minute), then one reservation for
+    the first of ``worst`` that fits; the first one is what was asked for. Raises the
+    refusal (``RateLimited``, ``InsufficientQuota``, ``ServiceUnavailable``)."""
+    config, principal, request_id = call.config, call.principal, call.request_id
+    headers = await _check_rate(money.limiter, principal, request_id, rate_tokens)
+    held = await reserve_best_tier(config, money.budgets, principal, request_id, worst)
+    if isinstance(held, Denied):
+        if headers:  # admitted by the rate limit: a refused request used no tokens
+            await correct_tokens(money.limiter, call, rate_tokens, 0)
+        if held.scope == GLOBAL_SCOPE:  # the other tenants' spend is not this caller's business
+            detail = "the gateway's overall budget is spent"
+        else:
+            detail = f"{held.scope}: ${max(held.remaining_usd, 0.0):.6f} left"
+        raise InsufficientQuota(
+            f"You exceeded your current quota ({detail}; this request may cost up to "
+            f"${held.needed_usd:.6f}).",
+            headers=headers,
+        )
+    # Without reported usage the prompt is charged as the held tier's worst case.
+    prompt_upper = held.worst.prompt_tokens
+    return Ticket(held, worst[0].tier, prompt_upper, rate_tokens, tuple(headers.items()))
+
+
+async def settle(money: Money, routed: Admitted, ticket: Ticket, outcome: Outcome) -> None:
+    """Charge the outcome's cost against the reservation and append its ledger event."""
+    event = outcome.ledger_event(
+        routed.request_id, routed.principal, ticket.downgraded, routed.metadata
+    )
+    reservation = ticket.held.reservation
+    # What the store refuses now is journaled and settled once it is back, never lost.
+    if reservation is None:  # failed open: no hold, but the counters still get the spend
+        scopes = budget_scopes(routed.config, routed.principal)
+        await money.journal.charge(routed.request_id, scopes, outcome.cost_usd, event)
+    else:
+        await money.journal.settle(reservation, outcome.cost_usd, event)
+    if ticket.headers:
+        await correct_tokens(money.limiter, routed, ticket.rate_tokens, outcome.usage.total_tokens)
+
+
+async def correct_tokens(
+    limiter: RateLimiter, routed: Admitted, estimated: int, actual: int
+) -> None:
+    """Count the request's real tokens against tokens-per-minute instead of its estimate."""
+    scopes = [s for s in rate_scopes(routed.principal) if s.spec.tokens_per_minute is not None]
+    if not scopes:
+        return
+    try:
+        await limiter.correct(routed.request_id, scopes, estimated, actual)
+    except StoreUnavailable as exc:
+        log.warning("could not correct the token count of %s: %s", routed.request_id, exc)
+
+
+async def record_denied(ledger: Ledger, routed: Admitted, outcome: Outcome) -> None:
+    """A refused request's ledger event (``kind="denied"``, the reason as its status)."""
+    try:
+        await ledger.record(
+            outcome.denial_event(routed.request_id, routed.principal, routed.metadata)
+        )
+    except StoreUnavailable as exc:
+        log.warning("could not record a denied request: %s", exc)
+
+
+def settle_later(
+    money: Money, routed: Admitted, ticket: Ticket | None, outcome: Outcome
+) -> asyncio.Task[None] | None:
+    """Settle ``ticket`` (or record the refusal in ``outcome.denied``) in a task of its own,
+    held in ``money.background`` so that a request cancelled meanwhile still settles; None
+    when there is nothing to settle. The task never raises."""
+    if ticket is None and outcome.denied is None:
+        return None
+    task = asyncio.ensure_future(_settle_logged(money, routed, ticket, outcome))
+    money.background.add(task)
+    task.add_done_callback(money.background.discard)
+    return task
+
+
+async def _settle_logged(
+    money: Money, routed: Admitted, ticket: Ticket | None, outcome: Outcome
+) -> None:
+    try:
+        with timed("budget.settle"):
+            if ticket is not None:
+                await settle(money, routed, ticket, outcome)
+            else:
+                await record_denied(money.ledger, routed, outcome)
+    except Exception:  # any failure: log it; it must never turn an answer into a 500
+        log.exception("settling %s failed", routed.request_id)
+
+
+def keep_alive(
+    budgets: BudgetStore, config: GatewayConfig, ticket: Ticket
+) -> asyncio.Task[None] | None:
+    """While the request runs, push its hold's deadline out every third of the TTL, so
+    only a replica that died (and stopped beating) lets its holds lapse."""
+    reservation = ticket.held.reservation
+    if reservation is None:
+        return None
+    period = config.budgets.reservation_ttl_s / 3
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(period)
+            try:
+                alive = await budgets.extend(reservation)
+            except StoreUnavailable as exc:
+                log.warning("could not extend the hold of %s: %s", reservation.request_id, exc)
+                continue
+            if not alive:
+                log.warning("the hold of %s lapsed while it ran", reservation.request_id)
+                return
+
+    return asyncio.ensure_future(beat())

@@ -1,0 +1,164 @@
+"""``routing.objective`` in the gateway: λ from the trade-offs of recent traffic.
+
+Each classified ``auto`` request adds its per-tier expected quality and cost, as the λ
+breakpoints of ``routers.objective.steps``, to this replica's pending sketch
+(``policies/lambda_sketch.py``); every ``target.sync_s`` the sketch is pooled with the
+other replicas' through the store (``gateway/routing/pooled_counts.py``) and λ recomputed from
+the pooled window, so every replica routes by the same λ. Until ``target.min_samples``
+requests are pooled, each request meets the objective on its own (the trail says so).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from gateway.routing.pooled_counts import PooledCounts
+from policies.lambda_sketch import COST_UNIT, QUALITY_UNIT, cost_count, lambda_for, quality_count
+from policies.schema import GatewayConfig, ObjectiveConfig, RoutingConfig
+from policies.share_store import ShareStore
+from routers.objective import Objective, TierChoice, decide_tier, sketch_request, traffic_lambda
+
+Array = npt.NDArray[np.float64]
+
+POLICY = "objective"  # the sketch's name in the store
+
+
+def tier_prices(config: GatewayConfig, tier: str) -> tuple[float, float]:
+    """USD per million (input, output) tokens of a tier: the mean over its engines."""
+    prices = [config.prices[config.engines[e].model] for e in config.tiers[tier].engines]
+    return (
+        sum(p.input for p in prices) / len(prices),
+        sum(p.output for p in prices) / len(prices),
+    )
+
+
+def expected_costs(config: GatewayConfig, objective: ObjectiveConfig, chars: int) -> list[float]:
+    """What each tier would charge for a prompt of ``chars`` characters (cheapest first)."""
+    tokens = chars / 4.0 + 8.0
+    out = []
+    for tier in config.tiers:
+        price_in, price_out = tier_prices(config, tier)
+        out.append((tokens * price_in + objective.answer_for(tier) * price_out) / 1e6)
+    return out
+
+
+def cost_matrix(config: GatewayConfig, objective: ObjectiveConfig, chars: Array) -> Array:
+    """``(prompts, tiers)`` USD: input price x prompt tokens + output price x answer tokens."""
+    tokens = np.asarray(chars, dtype=np.float64)[:, None] / 4.0 + 8.0
+    prices = np.asarray([tier_prices(config, t) for t in config.tiers])
+    answers = np.asarray([objective.answer_for(t) for t in config.tiers], dtype=np.float64)
+    cost: Array = (tokens * prices[None, :, 0] + (answers * prices[:, 1])[None, :]) / 1e6
+    return cost
+
+
+def reference_lambda(config: GatewayConfig, reference: tuple[Array, Array] | None) -> float | None:
+    """λ for the configured objective on the quality model's reference traffic (its
+    training prompts at this config's prices): what applies until traffic is pooled."""
+    objective = config.routing.objective
+    if objective is None or reference is None:
+        return None
+    quality, chars = reference
+    cost = cost_matrix(config, objective, chars)
+    return traffic_lambda(
+        np.asarray(quality, dtype=np.float64), cost, Objective(objective.kind, objective.share)
+    )
+
+
+class ObjectiveLambda:
+    def __init__(self, store: ShareStore, reference: tuple[Any, Any] | None = None) -> None:
+        self.counts = PooledCounts(store, POLICY, self._learn)
+        self.reference = reference  # the quality model's reference traffic (P, characters)
+        self._routing: RoutingConfig | None = None
+        self._prior: tuple[int, float | None] | None = None  # (id of config, its λ)
+        self.lam: float | None = None  # None: too little pooled
+        self.samples = 0  # requests in the pooled window at the last sync
+
+    def prior(self, config: GatewayConfig) -> float | None:
+        """The reference traffic's λ for this config snapshot (computed once per snapshot)."""
+        if self._prior is None or self._prior[0] != id(config):
+            self._prior = (id(config), reference_lambda(config, self.reference))
+        return self._prior[1]
+
+    def choose(
+        self,
+        config: GatewayConfig,
+        quality: Sequence[float],
+        chars: int,
+        background: set[asyncio.Task[None]],
+        observe: bool = True,
+    ) -> TierChoice:
+        """The tier for one request; ``observe``: it joins the sketch (``/v1/route``: not)."""
+        objective = config.routing.objective
+        assert objective is not None  # callers route by the objective only when it is set
+        cost = expected_costs(config, objective, chars)
+        if observe:
+            sketch_request(self.counts.pending, quality, cost)
+        self._routing = config.routing
+        self.counts.maybe_sync(config.routing.target, background)
+        target = config.routing.target
+        lam = self.lam
+        why = f"λ from {self.samples} pooled requests"
+        if lam is None:
+            lam = self.prior(config)
+            why = (
+                f"λ of the reference traffic: {self.samples} of {target.min_samples} "
+                "requests pooled"
+            )
+        choice = decide_tier(
+            tuple(config.tiers),
+            quality,
+            cost,
+            lam,
+            Objective(objective.kind, objective.share),
+            why,
+        )
+        if observe:  # what the objective chose, for "quality given up" on the dashboard
+            picked = choice.tiers.index(choice.tier)
+            self.counts.pending["QC"] += quality_count(quality[picked])
+            self.counts.pending["CC"] += cost_count(cost[picked] / cost[-1] if cost[-1] else 0.0)
+        return choice
+
+    async def sync(self, routing: RoutingConfig) -> None:
+        self._routing = routing
+        await self.counts.sync(routing.target)
+
+    def _learn(self, pooled: Mapping[str, int]) -> None:
+        routing = self._routing
+        self.samples = pooled.get("n", 0)
+        if routing is None or routing.objective is None:
+            self.lam = None
+            return
+        objective = routing.objective
+        enough = self.samples >= routing.target.min_samples
+        self.lam = lambda_for(pooled, objective.kind, objective.share) if enough else None
+
+    def report(self, routing: RoutingConfig) -> dict[str, Any]:
+        """λ, and over the pooled window the expected quality (mean P(acceptable)) and
+        cost of what the objective chose against always the largest tier."""
+        pooled = self.counts.pooled
+        objective = routing.objective
+        n = pooled.get("n", 0)
+        return {
+            "policy": POLICY,
+            "objective": None if objective is None else {objective.kind: objective.share},
+            "lambda": self.lam,
+            "samples": self.samples,
+            "window_s": routing.target.window_s,
+            "expected": None if not n else _expected(pooled, n),
+        }
+
+
+def _expected(pooled: Mapping[str, int], n: int) -> dict[str, float]:
+    chosen, largest = pooled.get("QC", 0) * QUALITY_UNIT / n, pooled.get("QL", 0) * QUALITY_UNIT / n
+    spent, always = pooled.get("CC", 0) * COST_UNIT, pooled.get("CL", 0) * COST_UNIT
+    return {
+        "quality": chosen,
+        "quality_always_largest": largest,
+        "quality_given_up": largest - chosen,
+        "cost_share": spent / always if always else 0.0,  # of always-largest, per request
+    }

@@ -1,0 +1,239 @@
+"""From a parsed request to a ``RoutedRequest``: the tier (classifying ``auto``), the
+cache probe and the request's one shared embedding. Nothing here runs a model.
+
+The config is the snapshot the request took at admission; it travels in the
+``RoutedRequest`` and nothing after routing reads another. The exact cache is looked
+up before classification (its key does not depend on the tier): a hit skips it.
+The call to the router is ``_tier``: the score and per-tier predictions
+(``_complexity``), the objective's choice or the learned thresholds, then ``_decide``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from backends.base import GenerationRequest
+from backends.pool import Replica
+from gateway.cache.service import CacheProbe, PromptCache
+from gateway.core.capabilities import fit_tier
+from gateway.core.timing import timed
+from gateway.errors import InvalidRequest, ModelNotFound, PermissionDenied
+from gateway.routing.objective import ObjectiveLambda
+from gateway.routing.target_share import TargetShares
+from policies.schema import GatewayConfig
+from policies.tenants import Principal
+from routers.batching import BatcherClosed, EmbeddingFailed
+from routers.classifier import Classifier, ComplexityScore
+from routers.decision import (
+    TierDecision,
+    TierNotAllowed,
+    UnknownModel,
+    UnknownTier,
+    decide,
+)
+from routers.embedding import Embedder, EmbeddingOnce, last_user_text
+from routers.features import message_text, prompt_messages
+from routers.objective import TierChoice
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Router:
+    """What routing uses, built once at startup."""
+
+    classifier: Classifier | None  # None: ``auto`` goes to the tenant's default tier
+    embedder: Embedder | None  # shared by the classifier and the semantic cache
+    shares: TargetShares | None  # ``routing.target_share``: thresholds from traffic
+    replicas: Mapping[str, Sequence[Replica]]  # what each tier's engines honour
+    background: set[asyncio.Task[None]]  # the share sketch's sync tasks
+    objective: ObjectiveLambda | None = None  # ``routing.objective``: λ from traffic
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """A request as a wire format hands it to the core: who asks, for which model, the
+    engine request, and how the answer is wanted."""
+
+    principal: Principal
+    requested_model: str
+    generation: GenerationRequest
+    stream: bool
+    include_usage: bool
+    cache_control: str | None = None  # the request's ``Cache-Control`` header
+    forced_tier: str | None = None  # the request's ``x-tiergate-tier`` header
+    metadata: Mapping[str, str] | None = None  # the client's annotation: ledger and trace
+
+
+@dataclass(frozen=True, slots=True)
+class RoutedRequest:
+    """The request as routing left it; ``generation`` is the wire format's, unchanged."""
+
+    config: GatewayConfig  # the snapshot taken at admission, for the whole request
+    request_id: str
+    created: int
+    principal: Principal
+    requested_model: str
+    decision: TierDecision
+    generation: GenerationRequest
+    stream: bool
+    include_usage: bool
+    cache: CacheProbe | None = None  # None: the request bypasses the cache
+    embedding: EmbeddingOnce | None = None  # one per request: cache and classifier share it
+    complexity: ComplexityScore | None = None
+    classify_s: float | None = None  # how long the classification took, when it ran
+    metadata: Mapping[str, str] | None = None  # the client's annotation (no engine sees it)
+
+    @property
+    def tier(self) -> str:
+        return self.decision.tier
+
+
+def new_request_id(prefix: str) -> str:
+    # 128 random bits, as uuid4 has, without building a UUID object on every request.
+    return f"{prefix}-{os.urandom(16).hex()}"
+
+
+async def _complexity(
+    classifier: Classifier | None, embedding: EmbeddingOnce | None, build: GenerationRequest
+) -> tuple[ComplexityScore | None, str | None]:
+    if classifier is None or embedding is None:
+        return None, "no classifier loaded"
+    messages = build.messages or prompt_messages(build.prompt or "")
+    try:
+        return await classifier.classify(messages, embedding), None
+    except (EmbeddingFailed, BatcherClosed) as exc:
+        log.warning("classification failed, using the default tier: %s", exc)
+        return None, f"classification failed: {exc}"
+
+
+async def route(
+    config: GatewayConfig,
+    router: Router,
+    cache: PromptCache | None,
+    ask: Ask,
+    *,
+    explain: bool = False,
+) -> RoutedRequest:
+    """The tier for this request on the ``config`` snapshot; ``auto`` awaits the
+    classifier (off the event loop). The exact cache is looked up first, and a hit skips
+    classification. ``explain`` (``/v1/route``): no lookup, and the score stays out of
+    the target-share sketch (an explanation is not traffic)."""
+    build = ask.generation
+    embedding = None
+    if router.embedder is not None:
+        text = last_user_text(build.messages) if build.messages else (build.prompt or "")
+        embedding = EmbeddingOnce(router.embedder, text)
+    probe = None
+    if cache is not None:
+        probe = cache.probe(ask.principal, ask.requested_model, build, ask.cache_control, embedding)
+    exact = None
+    if probe is not None and probe.looks_up and not explain:
+        exact = await probe.exact()
+    complexity, note, classify_s = None, None, None
+    if exact is not None and exact.response is not None:
+        note = "exact cache hit: classification skipped"
+    elif ask.requested_model == "auto" and ask.forced_tier is None:
+        started = time.perf_counter()
+        with timed("classification"):  # includes the embedding, which it computes first
+            complexity, note = await _complexity(router.classifier, embedding, build)
+        if complexity is not None:
+            classify_s = time.perf_counter() - started
+    decision = _tier(config, router, ask, complexity, observe=not explain)
+    if note is not None and ask.requested_model == "auto":
+        decision = replace(decision, trail=(note, *decision.trail))
+    decision = fit_tier(config, router.replicas, ask.principal, decision, build)
+    return RoutedRequest(
+        config=config,
+        request_id=build.request_id,
+        created=int(time.time()),
+        principal=ask.principal,
+        requested_model=ask.requested_model,
+        decision=decision,
+        generation=build,  # the engine request is built from it at dispatch (``Run``)
+        stream=ask.stream,
+        include_usage=ask.include_usage,
+        cache=probe,
+        embedding=embedding,
+        complexity=complexity,
+        classify_s=classify_s,
+        metadata=ask.metadata or None,
+    )
+
+
+def _tier(
+    config: GatewayConfig,
+    router: Router,
+    ask: Ask,
+    complexity: ComplexityScore | None,
+    *,
+    observe: bool,
+) -> TierDecision:
+    """The router's call: under ``routing.objective`` the tier with the best expected
+    quality - λ · cost, else the score with the thresholds learnt from traffic when the
+    policy asks for them (``observe``: the request joins the sketch), to a decision."""
+    learned: tuple[tuple[float, float] | None, str] = (None, "thresholds")
+    shares = router.shares
+    choice = None
+    if config.routing.objective is not None and complexity is not None:
+        choice = _objective_choice(config, router, complexity, ask.generation, observe)
+    elif shares is not None and complexity is not None and config.routing.target_share:
+        tiers = list(config.tiers)
+        learned = (
+            shares.route(config.routing, tiers, complexity.score, router.background)
+            if observe
+            else shares.thresholds(config.routing, tiers, router.background)
+        )
+    return _decide(
+        config, ask.principal, ask.requested_model, complexity, ask.forced_tier, learned, choice
+    )
+
+
+def _objective_choice(
+    config: GatewayConfig,
+    router: Router,
+    complexity: ComplexityScore,
+    build: GenerationRequest,
+    observe: bool,
+) -> TierChoice | None:
+    """``routing.objective``'s tier for this request (None: no per-tier predictions)."""
+    if router.objective is None or complexity.quality is None:
+        return None
+    messages = build.messages or prompt_messages(build.prompt or "")
+    chars = sum(len(message_text(m)) for m in messages)
+    return router.objective.choose(config, complexity.quality, chars, router.background, observe)
+
+
+def _decide(
+    config: GatewayConfig,
+    principal: Principal,
+    requested_model: str,
+    complexity: ComplexityScore | None,
+    forced_tier: str | None,
+    learned: tuple[tuple[float, float] | None, str] = (None, "thresholds"),
+    choice: TierChoice | None = None,
+) -> TierDecision:
+    refusal = principal.model_refusal(requested_model, config)  # the key's model scope
+    if refusal is not None:
+        raise PermissionDenied(refusal, param="model")
+    score = None if complexity is None else complexity.score
+    try:
+        return decide(
+            config, principal.policy, requested_model, score, forced_tier, *learned, choice
+        )
+    except UnknownModel:
+        raise ModelNotFound(
+            f"The model `{requested_model}` does not exist or you do not have access to it.",
+            param="model",
+        ) from None
+    except UnknownTier:
+        raise InvalidRequest(
+            f"x-tiergate-tier names no tier ({', '.join(config.tiers)})", param="x-tiergate-tier"
+        ) from None
+    except TierNotAllowed as exc:
+        raise PermissionDenied(str(exc), param="model") from None

@@ -1,0 +1,1 @@
+"""Telemetry: metrics, traces, where a request ends, the autoscaling signal."""
