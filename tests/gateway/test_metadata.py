@@ -197,3 +197,18 @@ def test_the_ledger_keeps_metadata_through_the_settle_journal(setup: Setup) -> N
     bare = SpendEvent(time.time(), "r2", "acme", "k1", "small", "m")
     assert "metadata" not in bare.to_fields()
     assert SpendEvent.from_fields(bare.to_fields()) == bare
+
+
+def test_messages_metadata_user_id_reaches_the_ledger(setup: Setup) -> None:
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=setup.gateway.base_url, api_key=TEST_KEY, max_retries=0)
+    raw = client.messages.with_raw_response.create(
+        model="small",
+        max_tokens=4,
+        messages=[{"role": "user", "content": "hi"}],
+        metadata={"user_id": "user-7"},
+    )
+    message = raw.parse()
+    assert message.content
+    assert setup.event(raw.headers["x-request-id"]).metadata == {"user_id": "user-7"}
