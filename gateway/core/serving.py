@@ -27,7 +27,7 @@ from gateway.cache.record import CachedResponse, Recorder
 from gateway.cache.service import PromptCache
 from gateway.core.outcome import Charges, Outcome, Progress, conclude
 from gateway.core.timing import current_timer, timed
-from gateway.errors import GatewayTimeout, from_engine_error
+from gateway.errors import ApiError, GatewayTimeout, from_engine_error
 from gateway.feedback.service import Feedback
 from gateway.money.hold import Hold, Money
 from gateway.routing.route import Ask, RoutedRequest, Router, route
@@ -182,7 +182,7 @@ class Run:
                 fallback = self.config.tiers[tier].fallback
                 if fallback is None or fallback in visited or fallback == asked:
                     self._end(str(exc))
-                    raise from_engine_error(exc) from exc
+                    raise self._answered(exc) from exc
                 visited.append(tier)
                 self._move(fallback, f"failover: {tier} -> {fallback} ({exc})")
                 self.progress.failover_from = self.progress.failover_from or tier
@@ -190,7 +190,7 @@ class Run:
             except EngineError as exc:
                 self.progress.dispatched = False
                 self._end(str(exc))
-                raise from_engine_error(exc) from exc
+                raise self._answered(exc) from exc
             except TimeoutError:
                 await _aclose(stream)
                 raise self._timed_out() from None
@@ -202,6 +202,12 @@ class Run:
             self.progress.model = info.model or self.progress.model
             self._primed(stream, first)
             return
+
+    def _answered(self, exc: EngineError) -> ApiError:
+        """The client's error for an engine's, under this request's id (the ledger's)."""
+        error = from_engine_error(exc)
+        error.headers.setdefault("x-request-id", self.request_id)
+        return error
 
     def _engine_request(self, decision: TierDecision) -> GenerationRequest:
         """What the engine on ``decision.tier`` is asked, built once per dispatch from the
@@ -279,7 +285,7 @@ class Run:
             await self._fill_cache()
         except EngineError as exc:
             self._end(str(exc))
-            raise from_engine_error(exc) from exc
+            raise self._answered(exc) from exc
         except TimeoutError:
             raise self._timed_out() from None
         finally:

@@ -83,7 +83,9 @@ def test_a_3mb_prompt_is_refused_before_the_model_tokenises_it(
     assert took < 3.0, took
     assert spent(gateway, probe) == before  # nothing charged, nothing held
     assert probe.wait_no_holds() == 0
+    request_id = refused.value.response.headers["x-request-id"]  # the ledger's id
     (event,) = [e for e in probe.events() if e.ts >= since]
+    assert event.request_id == request_id
     assert event.status == "error" and event.cost_usd == 0.0 and event.prompt_tokens == 0
 
 
