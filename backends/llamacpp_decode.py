@@ -17,6 +17,7 @@ from typing import Any
 from backends.base import Chunk, EngineCounters, GenerationRequest, TokenLogprob, Usage
 from backends.errors import ContextExceeded
 from backends.llamacpp_tools import ToolCallReader
+from backends.token_bound import piece as whole_piece
 from backends.tool_calls import ToolPlan
 
 DEFAULT_TEMPERATURE = 0.8
@@ -57,9 +58,9 @@ def _logprob(llama: Any, token: int, top: int) -> TokenLogprob:
     if top:
         best = np.argpartition(-logprobs, top)[:top]
         for index in sorted(best.tolist(), key=lambda i: -logprobs[i]):
-            piece = llama.detokenize([index])
+            piece = whole_piece(llama, index)
             alternatives.append((piece.decode(errors="replace"), float(logprobs[index]), piece))
-    piece = llama.detokenize([token])
+    piece = whole_piece(llama, token)
     return TokenLogprob(
         piece.decode(errors="replace"), float(logprobs[token]), piece, tuple(alternatives)
     )
@@ -91,6 +92,7 @@ def decode(
     top = request.top_logprobs or 0
     reader = ToolCallReader(job.plan)
     completion: list[int] = []
+    produced = bytearray()  # the completion's bytes, piece by piece
     pending: list[TokenLogprob] = []
     released = 0
     finish = "length"
@@ -116,7 +118,8 @@ def decode(
             pending.append(_logprob(llama, token, top))
         completion.append(token)
         counters.generated_tokens += 1
-        text = llama.detokenize(completion, prev_tokens=prompt_tokens).decode(errors="ignore")
+        produced += whole_piece(llama, token)  # a piece over 32 bytes too (token_bound)
+        text = produced.decode(errors="ignore")
         found = [(i, s) for s in stops if (i := text.find(s)) >= 0]
         if found:
             cut, stop = min(found)

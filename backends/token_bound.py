@@ -1,4 +1,5 @@
-"""A lower bound on a prompt's token count, from its length alone: no tokenising.
+"""A lower bound on a prompt's token count, from its length alone: no tokenising (and
+llama.cpp's pieces read whole, which ``llama_cpp.Llama.detokenize`` does not).
 
 Tokenising a prompt costs about a microsecond per byte on CPU (a 3 MB prompt: seconds
 of engine time) and a prompt over the context is refused after it. The bound lets an
@@ -44,6 +45,23 @@ def max_token_bytes(llama: Any) -> int | None:
 
     longest = max(length(t) for t in range(llama.n_vocab()))
     return max(longest + 1, MIN_BYTES)
+
+
+def piece(llama: Any, token: int, special: bool = False) -> bytes:
+    """The token's bytes, whole: ``Llama.detokenize`` gives nothing for a piece over 32
+    bytes (SmolLM2 has 47: runs of spaces, a newline and 80 spaces…), which a generated
+    text would silently lose."""
+    import ctypes
+
+    from llama_cpp import llama_cpp
+
+    vocab, size = llama._model.vocab, 64
+    while True:
+        buffer = ctypes.create_string_buffer(size)
+        written = int(llama_cpp.llama_token_to_piece(vocab, token, buffer, size, 0, special))
+        if written >= 0:
+            return buffer.raw[:written]
+        size = -written
 
 
 def fewest_tokens(text: str, max_bytes: int) -> int:

@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from backends.llamacpp import LlamaCppEngine
-from backends.token_bound import fewest_tokens
+from backends.token_bound import fewest_tokens, piece
 from policies.spending import tenant_scopes
 from tests.gateway.budget_support import REDIS_URL, BudgetProbe, redis_prefix
 from tiergate_testing.configs import TEST_KEY, smollm2_config
@@ -157,3 +157,25 @@ async def _on_engine_thread(model: LlamaCppEngine, work: Any) -> Any:
 
     async with model._lock:
         return await asyncio.get_running_loop().run_in_executor(model._executor, work)
+
+
+def test_pieces_over_32_bytes_are_read_whole(setup: tuple[RunningGateway, BudgetProbe]) -> None:
+    """``Llama.detokenize`` gives b"" for a piece over 32 bytes; the engine's ``piece``
+    gives it whole (so a generated run of spaces is not lost), the rest unchanged."""
+    gateway, _ = setup
+    model = engine(gateway)
+
+    def check() -> tuple[int, int]:
+        llama = model._llama
+        long_run = "\n" + " " * 80
+        (token,) = [t for t in llama.tokenize(long_run.encode(), add_bos=False) if t][-1:]
+        assert piece(llama, token) == long_run.encode()
+        assert llama.detokenize([token]) == b""  # what the engine used to append
+        rng = random.Random(3)
+        sample = rng.sample(range(llama.n_vocab()), 2000)
+        same = sum(piece(llama, t) == llama.detokenize([t]) for t in sample)
+        short = sum(len(piece(llama, t)) <= 32 for t in sample)
+        return same, short
+
+    same, short = gateway.call(_on_engine_thread(model, check), timeout=120)
+    assert same == short  # every piece that fits 32 bytes reads as before
