@@ -17,7 +17,8 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.cache.service import CacheUnavailable, PromptCache
+from gateway.cache.service import PromptCache
+from gateway.cache.storage import CacheUnavailable
 from gateway.deps import TenantDep
 from gateway.errors import ApiError, InvalidRequest, ServiceUnavailable
 from gateway.feedback.records import HITS
@@ -52,7 +53,9 @@ async def forget_cached_answer(cache: PromptCache | None, record: RequestRecord)
     if cache is None or record.entry_id is None:
         return False
     try:
-        return await cache.forget(record.tenant, record.entry_id, query_text=record.query_text or "")
+        return await cache.forget(
+            record.tenant, record.entry_id, query_text=record.query_text or ""
+        )
     except CacheUnavailable as exc:
         raise ServiceUnavailable("the cache store is unreachable; try again shortly") from exc
 

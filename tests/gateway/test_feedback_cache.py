@@ -150,9 +150,7 @@ def test_a_bad_verdict_on_a_semantic_hit_evicts_the_entry_it_came_from(
     assert got.json()["cache"] == "semantic" and got.json()["cache_evicted"] is True
     # The entry is gone from both replicas' indexes (A's own, B's by the stream's del).
     for gateway in (b, a):
-        seen = until(
-            lambda g=gateway: status(ask(g, PARAPHRASE, extra_headers=NO_STORE)) == "miss"
-        )
+        seen = until(lambda g=gateway: status(ask(g, PARAPHRASE, extra_headers=NO_STORE)) == "miss")
         assert seen, f"{gateway.base_url} still serves the evicted entry"
         assert status(ask(gateway, QUESTION, extra_headers=NO_STORE)) == "miss"
     (label,) = [x for x in cache_labels(b) if x["b"] == PARAPHRASE]

@@ -236,9 +236,7 @@ def test_refit_from_replayed_traffic_beats_the_shipped_policy_and_a_bad_one_roll
     assert config.routing.objective is not None
     correct = np.array([e.tiers for e in held_out], dtype=np.float64)
     cost = np.array([e.costs for e in held_out], dtype=np.float64)
-    expected = cost_matrix(
-        config, config.routing.objective, np.array([chars(e) for e in held_out])
-    )
+    expected = cost_matrix(config, config.routing.objective, np.array([chars(e) for e in held_out]))
     embedder = build_embedder(ClassifierConfig())
     vectors = cached_embed(embedder, texts, embedding_cache_path(embedder.name))
     features = np.stack([text_features(e.messages, e.text) for e in held_out])
@@ -264,7 +262,7 @@ def test_refit_from_replayed_traffic_beats_the_shipped_policy_and_a_bad_one_roll
         f"  at {served[0]:.1%}: base model, any λ    accuracy {base_there:.3f}\n"
         f"  at {served[0]:.1%}: refit, any λ         accuracy {refit_there:.3f}\n"
         f"  at {served[0]:.1%}: fixed-tier hull      accuracy {hull:.3f}\n"
-        f"  served − base at equal cost {served[1] - base_there:+.3f}\n"
+        f"  served - base at equal cost {served[1] - base_there:+.3f}\n"
         f"  first refit: {first['reason']}; second: {second['reason']}"
     )
     assert served[1] >= base_there + MARGIN
