@@ -188,9 +188,11 @@ def test_a_cached_answers_verdict_is_the_caches_not_a_routing_label(
     assert got.status_code == 200, got.text
     body = got.json()
     assert body["cache"] == "exact" and body["labelled_tier"] is None
-    assert body["cache_evicted"] is False  # the cache's forget() is wired at the merge
+    assert body["cache_evicted"] is True  # tests/gateway/test_feedback_cache.py: on Redis
     record = gateway.call(gateway.state.feedback.record(hit.parse().id))  # type: ignore[union-attr]
     assert record.query_text == prompt and record.cache == "exact"
+    assert record.entry_id is not None
+    assert ask(gateway, prompt, temperature=0).headers["x-tiergate-cache"] == "miss"
 
 
 def test_shadows_are_dropped_under_load_and_never_delay_an_answer(tmp_path: Path) -> None:
