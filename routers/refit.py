@@ -33,6 +33,7 @@ F64 = npt.NDArray[np.float64]
 CLIP = 4.0  # logits beyond ±4 (P 0.018 / 0.982) carry no more information for a label
 MIN_SPLIT = 10  # labels on each side of the time split, at least
 NEWTON_STEPS = 25
+MIN_FEATURE_SCALE = 0.01  # a text feature's spread below which it is not standardised
 
 
 def base_logits(base: TierQuality, vectors: Array, features: Array) -> F64:
@@ -207,12 +208,16 @@ def fit_correction(base: TierQuality, train: LabelSet, options: RefitOptions) ->
         else np.zeros((0, vectors.shape[1]))
     ).astype(np.float32)
     scale = features.std(axis=0)
+    # A feature that hardly varies among the labels is left unscaled: its spread there is
+    # the rounding of the recorded features (4 decimals), and dividing by it would turn the
+    # serving request's unrounded value into a large, meaningless offset.
+    scale = np.where(scale > MIN_FEATURE_SCALE, scale, 1.0)
     correction = Correction(
         base.tiers,
         centre.astype(np.float32),
         directions,
         features.mean(axis=0).astype(np.float32),
-        np.where(scale > 1e-6, scale, 1.0).astype(np.float32),
+        scale.astype(np.float32),
         np.zeros((len(base.tiers), 2 + k + features.shape[1])),
         tuple(int((train.tier == t).sum()) for t in range(len(base.tiers))),
     )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import time
 from collections.abc import Iterator
@@ -254,6 +255,17 @@ def test_refit_from_replayed_traffic_beats_the_shipped_policy_and_a_bad_one_roll
 
     base_there, refit_there = envelope(base, served[0]), envelope(refit, served[0])
     hull = equal_cost.envelope_at(equal_cost.fixed_points(correct, cost), served[0])
+    base_at_shipped, refit_at_shipped = envelope(base, shipped[0]), envelope(refit, shipped[0])
+    mean_p = {
+        name: " / ".join(f"{v:.3f}" for v in values)
+        for name, values in (
+            ("base", base.predict(vectors, features).mean(axis=0)),
+            ("refit", refit.predict(vectors, features).mean(axis=0)),
+            ("actual", correct.mean(axis=0)),
+        )
+    }
+    if os.environ.get("TIERGATE_REPLAY_DUMP"):
+        Path(os.environ["TIERGATE_REPLAY_DUMP"]).write_bytes(model)
     print(
         f"\nreplay {REPLAYED} rows over 2 replicas in {replay_s:.0f}s; {len(held_out)} rows "
         f"not replayed, objective {OBJECTIVE}:\n"
@@ -263,6 +275,9 @@ def test_refit_from_replayed_traffic_beats_the_shipped_policy_and_a_bad_one_roll
         f"  at {served[0]:.1%}: refit, any λ         accuracy {refit_there:.3f}\n"
         f"  at {served[0]:.1%}: fixed-tier hull      accuracy {hull:.3f}\n"
         f"  served - base at equal cost {served[1] - base_there:+.3f}\n"
+        f"  at {shipped[0]:.1%}: base model, any λ {base_at_shipped:.3f}; "
+        f"refit, any λ {refit_at_shipped:.3f}\n"
+        f"  mean P(acceptable) small / medium / large: {mean_p}\n"
         f"  first refit: {first['reason']}; second: {second['reason']}"
     )
     assert served[1] >= base_there + MARGIN
