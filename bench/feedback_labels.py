@@ -6,14 +6,16 @@ the shipped per-tier quality model and objective.
 
 Per split: ``--replayed`` random rows are the traffic, routed by the shipped objective
 (``{quality: 0.95}``, λ from those rows) over the base model; each row's neighbouring tier
-answers too, and the known correctness labels the pair, in one of two designs:
+answers too (or any other tier, evenly: what the gateway does now), and the known
+correctness labels the pair, in one of two designs:
 
 * ``cheaper, relative``: one label, of the cheaper tier, "at least as right as the other"
   (the rubric before: acceptable when both are wrong);
 * ``each answer``: two labels, each tier's own correctness (the rubric now), so the
   largest tier, every pair's reference when it is in one, is labelled too.
 
-The refit is fitted and checked as online (``routers.refit.check_refit``); on the other
+The refit is fitted per tier or with a part shared by the tiers (``RefitOptions.shared``)
+and checked as online (``routers.refit.check_refit``); on the other
 rows, the accuracy of the objective's rule at any λ (``routers.equal_cost``) over the refit
 minus over the base, at the cost the base policy spends there. Medians and ranges.
 """
@@ -25,6 +27,7 @@ import statistics
 
 import numpy as np
 
+from gateway.feedback.sampler import shadow_tier
 from policies.feedback_store import Label
 from policies.schema import ClassifierConfig
 from routers import datasets, equal_cost
@@ -38,7 +41,22 @@ from routers.tier_sets import ANSWER_TOKENS, PRICES, chars, expected_cost
 
 TIERS = ("small", "medium", "large")
 LADDER = ("mistral-7b-instruct", "mixtral-8x7b-instruct", "gpt-4-1106-preview")
-DESIGNS = ("cheaper, relative", "each answer")
+# (label design, shadow tier, refit): the first row is the loop as it was first built
+DESIGNS = (
+    ("cheaper, relative", "neighbour", "per tier"),
+    ("each answer", "neighbour", "per tier"),
+    ("each answer", "neighbour", "shared"),
+    ("each answer", "any other", "shared"),
+)
+NEIGHBOUR = ("cheaper, relative / neighbour", "each answer / neighbour")
+
+
+def neighbour(served: int) -> int:
+    return 1 if served == 2 else served + 1
+
+
+def any_other(served: int, row: int) -> int:
+    return TIERS.index(shadow_tier(list(TIERS), TIERS[served], f"row-{row}"))
 
 
 def labels_of(
@@ -52,7 +70,7 @@ def labels_of(
 ) -> list[Label]:
     out: list[Label] = []
     for j, i in enumerate(rows):
-        other = 1 if served[j] == 2 else served[j] + 1
+        other = neighbour(int(served[j])) if design in NEIGHBOUR else any_other(served[j], i)
         cheap, ref = sorted((int(served[j]), int(other)))
         common = {
             "request_id": str(i),
@@ -62,7 +80,7 @@ def labels_of(
             "ts": float(j),
             "tenant": "bench",
         }
-        if design == "cheaper, relative":
+        if design.startswith("cheaper, relative"):
             ok = bool(correct[i, cheap] >= correct[i, ref])
             out.append(
                 Label(tier=TIERS[cheap], acceptable=ok, reference_tier=TIERS[ref],
@@ -107,9 +125,13 @@ def main() -> int:
     quality = base.predict(vectors, features).astype(np.float64)
     objective = Objective("quality", 0.95)
     print(f"{len(rows)} ARC-Challenge rows with three tiers; {args.splits} splits")
-    print("| label design | labels | refit - base at equal cost | hold-out log-loss gain |")
-    print("|---|---|---|---|")
-    for design in DESIGNS:
+    print(
+        "| label design | shadow tier | refit | labels | refit - base at equal cost "
+        "| hold-out log-loss gain |"
+    )
+    print("|---|---|---|---|---|---|")
+    for label_design, shadow, fit in DESIGNS:
+        design = f"{label_design} / {shadow}"
         gains, losses, counts = [], [], []
         for split in range(args.splits):
             order = np.random.default_rng(split).permutation(len(rows))
@@ -117,7 +139,7 @@ def main() -> int:
             served, _ = route_traffic(quality[seen], expected[seen], objective, 200)
             labels = labels_of(design, seen, served, vectors, features, correct, cost)
             counts.append(len(labels))
-            options = RefitOptions(ridge=args.ridge)
+            options = RefitOptions(ridge=args.ridge, shared=fit == "shared")
             result = check_refit(base, None, label_set(labels, TIERS), options)
             assert result is not None and result.correction is not None
             refit = RefittedQuality(base, result.correction)
@@ -134,7 +156,8 @@ def main() -> int:
         cells = [
             f"{statistics.median(v):+.4f} [{min(v):+.3f}, {max(v):+.3f}]" for v in (gains, losses)
         ]
-        print(f"| {design} | {statistics.median(counts):.0f} | " + " | ".join(cells) + " |")
+        head = f"| {label_design} | {shadow} | {fit} | {statistics.median(counts):.0f} | "
+        print(head + " | ".join(cells) + " |")
     return 0
 
 

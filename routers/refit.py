@@ -163,6 +163,7 @@ class RefitOptions:
     ridge: float = 100.0
     holdout: float = 0.25
     margin: float = 0.0
+    shared: bool = True  # False: each tier fitted on its own labels alone (the first design)
 
 
 def _objective(x: F64, y: F64, offset: F64, ridge: float, theta: F64) -> float:
@@ -222,12 +223,26 @@ def fit_correction(base: TierQuality, train: LabelSet, options: RefitOptions) ->
         tuple(int((train.tier == t).sum()) for t in range(len(base.tiers))),
     )
     z = base_logits(base, vectors, features)[np.arange(len(train)), train.tier]
-    coef = correction.coef.copy()
-    for t in range(len(base.tiers)):
+    x = correction.design(z, vectors, features)
+    tiers, width = len(base.tiers), x.shape[1]
+    if not options.shared:
+        coef = correction.coef.copy()
+        for t in range(tiers):
+            mine = train.tier == t
+            if mine.any():
+                coef[t] = _newton(x[mine], train.y[mine], z[mine], options.ridge)
+        return replace(correction, coef=coef)
+    # One fit over every label: a correction shared by the tiers plus one per tier, both
+    # pulled toward 0. What this traffic shifts for all tiers (harder than the base thinks,
+    # a kind of request it misjudges) moves a tier with few labels too, so the tiers'
+    # predictions stay comparable; a tier with none gets the shared part alone.
+    blocks = np.zeros((len(train), width * (1 + tiers)))
+    blocks[:, :width] = x
+    for t in range(tiers):
         mine = train.tier == t
-        if mine.any():
-            x = correction.design(z[mine], vectors[mine], features[mine])
-            coef[t] = _newton(x, train.y[mine], z[mine], options.ridge)
+        blocks[mine, width * (1 + t) : width * (2 + t)] = x[mine]
+    theta = _newton(blocks, train.y, z, options.ridge)
+    coef = theta[:width][None, :] + theta[width:].reshape(tiers, width)
     return replace(correction, coef=coef)
 
 

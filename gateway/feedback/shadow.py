@@ -1,4 +1,4 @@
-"""One shadow pair: the served answer, a second answer from the neighbouring tier, and
+"""One shadow pair: the served answer, a second answer from another tier, and
 the judge's verdicts, stored as labels: one of the cheaper tier, and one of the more
 capable tier when the judge gave a verdict on its answer too (so the largest tier, every
 pair's reference when it is in one, is labelled as well).
@@ -57,7 +57,7 @@ async def judge_pair(
     if spec is None or outcome.tier not in config.tiers:
         return None
     tiers = list(config.tiers)
-    other = shadow_tier(tiers, outcome.tier)
+    other = shadow_tier(tiers, outcome.tier, view.request_id)
     generation = view.generation
     cap = min(generation.sampling.max_tokens or spec.max_tokens, spec.max_tokens)
     shadow_request = replace(

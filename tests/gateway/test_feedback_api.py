@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from gateway.feedback.operator_calls import FEEDBACK_TENANT
+from gateway.feedback.sampler import shadow_tier
 from policies.budget import Scope, tenant_scope
 from policies.feedback_spec import OPERATOR_SCOPE
 from policies.feedback_store import Label
@@ -109,7 +110,7 @@ def test_a_shadow_pair_becomes_a_label_paid_by_the_operator(gateway: RunningGate
     mine = wait_for(of_answer)
     label, of_reference = mine  # both answers of the pair are judged, each on its own
     tiers = list(state.config.tiers)
-    other = tiers[tiers.index(tier) + 1] if tier != tiers[-1] else tiers[-2]
+    other = shadow_tier(tiers, tier, answer.id)
     cheaper, reference = sorted((tier, other), key=tiers.index)
     assert (label.tier, label.reference_tier) == (cheaper, reference)
     assert (of_reference.tier, of_reference.reference_tier) == (reference, None)
