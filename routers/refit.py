@@ -6,9 +6,12 @@ Per tier, on the logit of the base model's prediction ``z``:
     z' = z + a·z + b + w·(U (v - c)) + f·standardised(features)
 
 ``U`` holds the ``directions`` principal directions of the labelled embeddings (where this
-traffic varies), so the correction can tell the deployment's kinds of request apart. Every
-coefficient is 0 for the base model and pulled toward 0 (L2, ``ridge``): with few labels a
-tier stays the base. A tier with no label keeps the base prediction.
+traffic varies), so the correction can tell the deployment's kinds of request apart. Each
+tier's coefficients are a part shared by every tier plus the tier's own, fitted in one
+L2-penalised logistic regression over all labels (``ridge`` on both; every coefficient 0
+is the base model): what this traffic shifts for every tier moves a tier with few labels
+too, and a tier with none gets the shared part alone (``shared=False``: each tier fitted
+on its own labels, a tier without labels keeping the base).
 
 The check splits the labels by time: the newest ``holdout`` share is never fitted on. The
 refit serves only when its hold-out log-loss beats what serves now by ``margin``; a

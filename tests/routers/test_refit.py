@@ -77,7 +77,13 @@ def test_a_refit_learns_what_the_base_missed_and_serves() -> None:
     refit = RefittedQuality(Flat(), result.correction)  # type: ignore[arg-type]
     fresh = traffic(50, 9)
     p = refit.predict(fresh.vectors, fresh.features)
-    assert np.all(p[:, 1:] == 0.5)  # no label for medium or large: the base's prediction
+    # no label for medium or large: the part shared by the tiers alone, the same for both
+    assert np.allclose(p[:, 1], p[:, 2]) and not np.allclose(p[:, 1], 0.5)
+    assert np.mean((p[:, 0] > 0.5) == (fresh.y > 0.5)) > 0.95
+    # fitted each tier on its own labels: a tier without labels keeps the base's prediction
+    alone = fit_correction(Flat(), traffic(300, 1), RefitOptions(4, 1.0, shared=False))
+    p = RefittedQuality(Flat(), alone).predict(fresh.vectors, fresh.features)
+    assert np.all(p[:, 1:] == 0.5)
     assert np.mean((p[:, 0] > 0.5) == (fresh.y > 0.5)) > 0.95
 
 
