@@ -27,9 +27,11 @@ import asyncio
 import os
 import statistics
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 
 from bench import targets
@@ -124,6 +126,8 @@ def main() -> int:
                     asyncio.run(publish_refit(redis_url, config["redis_prefix"]))
                 started[name] = targets.start_tiergate(f"feedback-{n}", config, None, args.logs)
                 processes.append(started[name])
+            for name, process in started.items():  # which model routing reads, per variant
+                print(f"{name:18} /v1/route quality_model {quality_model(process)}", flush=True)
             seed = 0
             for round_no in range(args.rounds + 1):  # the first round warms up
                 for name, process in started.items():
@@ -144,6 +148,21 @@ def main() -> int:
             redis_popen.wait(10)
     report(rows, args)
     return 0
+
+
+def quality_model(process: targets.Process) -> object:
+    """What ``/v1/route`` says gave the per-tier predictions (the refit variant: the
+    published refit, once the replica has polled the store)."""
+    body = {"model": "auto", "messages": [{"role": "user", "content": "Name a prime."}]}
+    headers = {"authorization": f"Bearer {targets.TENANT_KEY}"}
+    for _ in range(50):
+        got = httpx.post(f"{process.base_url}/v1/route", json=body, headers=headers, timeout=30)
+        found = got.json().get("quality_model")
+        version = None if found is None else found.get("version")
+        if version is None or version >= 0:  # None: no feedback loop; -1: not polled yet
+            return found
+        time.sleep(0.2)  # not polled yet
+    return found
 
 
 def _spread(values: list[float], digits: int = 3) -> str:
