@@ -146,13 +146,20 @@ class RefittedQuality:
         self.base = base
         self.correction = correction
         self.tiers = base.tiers
+        self._slope = correction.coef[:, 0]  # on z, per tier
+        self._bias = correction.coef[:, 1]
+        self._rest = correction.coef[:, 2:].T  # (directions + features, tiers)
 
     def logits(self, vectors: Array, features: Array) -> Array:
+        # ``Correction.design`` per tier, in one product: only its first column (z) differs
+        # between the tiers (routing pays this on every request a refit serves).
         z = base_logits(self.base, vectors, features)
-        out = np.empty_like(z)
-        for t in range(len(self.tiers)):
-            x = self.correction.design(z[:, t], vectors, features)
-            out[:, t] = z[:, t] + x @ self.correction.coef[t]
+        c = self.correction
+        shared = np.concatenate(
+            [(vectors - c.centre) @ c.directions.T, (features - c.feature_mean) / c.feature_scale],
+            axis=1,
+        )
+        out = z * (1.0 + self._slope) + self._bias + shared @ self._rest
         return out.astype(np.float32)
 
     def predict(self, vectors: Array, features: Array) -> Array:
