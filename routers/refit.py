@@ -159,8 +159,8 @@ class RefittedQuality:
             [(vectors - c.centre) @ c.directions.T, (features - c.feature_mean) / c.feature_scale],
             axis=1,
         )
-        out = z * (1.0 + self._slope) + self._bias + shared @ self._rest
-        return out.astype(np.float32)
+        out: Array = (z * (1.0 + self._slope) + self._bias + shared @ self._rest).astype(np.float32)
+        return out
 
     def predict(self, vectors: Array, features: Array) -> Array:
         z = self.logits(vectors, features).astype(np.float64)
