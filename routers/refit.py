@@ -146,25 +146,30 @@ class RefittedQuality:
         self.base = base
         self.correction = correction
         self.tiers = base.tiers
-        self._slope = correction.coef[:, 0]  # on z, per tier
-        self._bias = correction.coef[:, 1]
-        self._rest = correction.coef[:, 2:].T  # (directions + features, tiers)
+        # z' = z·(1 + a) + U(v - c)·w + ((f - m) / s)·f' + b, per tier, as matrices
+        c, k = correction, correction.directions.shape[0]
+        on_directions, on_scaled = c.coef[:, 2 : 2 + k].T, c.coef[:, 2 + k :].T
+        on_vectors = c.directions.T.astype(np.float64) @ on_directions  # (dim, tiers)
+        on_features = on_scaled / c.feature_scale[:, None].astype(np.float64)
+        bias = c.coef[:, 1] - c.centre @ on_vectors - c.feature_mean @ on_features
+        # float32, as the request's vectors are: no conversion on the request path
+        self._slope = (1.0 + c.coef[:, 0]).astype(np.float32)
+        self._on_vectors = on_vectors.astype(np.float32)
+        self._on_features = on_features.astype(np.float32)
+        self._bias = bias.astype(np.float32)
 
     def logits(self, vectors: Array, features: Array) -> Array:
-        # ``Correction.design`` per tier, in one product: only its first column (z) differs
-        # between the tiers (routing pays this on every request a refit serves).
-        z = base_logits(self.base, vectors, features)
-        c = self.correction
-        shared = np.concatenate(
-            [(vectors - c.centre) @ c.directions.T, (features - c.feature_mean) / c.feature_scale],
-            axis=1,
-        )
-        out: Array = (z * (1.0 + self._slope) + self._bias + shared @ self._rest).astype(np.float32)
+        # ``Correction.design`` for every tier at once, its linear part folded into two
+        # matrices (routing pays this on every request a refit serves).
+        z = np.clip(self.base.logits(vectors, features), -CLIP, CLIP)  # as ``base_logits``
+        linear = vectors @ self._on_vectors + features @ self._on_features
+        out: Array = np.asarray(z * self._slope + linear + self._bias, dtype=np.float32)
         return out
 
     def predict(self, vectors: Array, features: Array) -> Array:
-        z = self.logits(vectors, features).astype(np.float64)
-        return sigmoid(z).astype(np.float32)
+        z = np.clip(self.logits(vectors, features), -30.0, 30.0)
+        out: Array = np.asarray(1.0 / (1.0 + np.exp(-z)), dtype=np.float32)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
