@@ -150,7 +150,9 @@ def _train_quality(
     from routers.quality_training import LADDER, QualityOptions, fit_quality
 
     ladder = tuple(args.ladder.split(",")) if args.ladder else LADDER
-    options = QualityOptions(ladder=ladder, calibration_folds=args.calibration_folds)
+    options = QualityOptions(
+        ladder=ladder, calibration_folds=args.calibration_folds, regions=args.regions
+    )
     out = args.out if args.out != Path("complexity.npz") else Path("quality.npz")
     try:
         model = fit_quality(examples, vectors, embedder, options, info)
@@ -336,6 +338,12 @@ def add_commands(sub: Any) -> None:
     )
     train.add_argument(
         "--ladder", default="", help="with --quality: the reference models, cheapest first"
+    )
+    train.add_argument(
+        "--regions",
+        type=int,
+        default=0,
+        help="with --quality: the regional signal check over this many embedding regions",
     )
     train.add_argument(
         "--no-cache",

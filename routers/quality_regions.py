@@ -21,13 +21,14 @@ region's slope (shared by every model: the ranking is the item function's), ``de
 the region's level correction for model m (0 where m was never observed there). Both are
 shrunk towards the identity by a Gaussian prior of precision ``prior``.
 
-The guard: a region keeps its slope for a set of tiers only if **every** tier's model has
-at least ``prior`` observation weight of out-of-family evidence there (the data outweigh
-the prior). Elsewhere the slope is 0: every request in the region gets the region's
-level per tier, they all see the same trade-off, and the objective sends them to one
-tier (a vertex of the fixed-tier hull for that traffic) instead of gambling on
-differences no label supports. Decided on training data only: the regions, slopes,
-levels and evidence come from the training pool.
+The guard: a region keeps its recalibration for a set of tiers only if **every** tier's
+model has at least ``prior`` observation weight of out-of-family evidence there (the data
+outweigh the prior). Elsewhere each tier's prediction is its region mean under the global
+calibration (slope 0, no level correction): every request in the region sees the same
+trade-off, and the objective sends them all to one tier instead of gambling on
+differences no label supports. (A level correction for the observed tiers only would skew
+the gaps between tiers, which are what the policy trades on.) Decided on training data
+only: the regions, slopes, levels and evidence come from the training pool.
 """
 
 from __future__ import annotations
@@ -70,11 +71,14 @@ class Regions:
         """Recalibrate ``logits`` (n, len(rows)), whose columns are the heads ``rows``, of
         prompts in ``region`` (n,)."""
         picked = list(rows)
-        slope = np.where(self.known(picked), self.slope, 0.0)[region][:, None]
+        known = self.known(picked)
+        # Unknown for these tiers: neither the region's ranking nor its level corrections,
+        # which exist only for the models observed there and would skew the gaps between
+        # tiers (the policy's trade-off) by correcting some tiers and not others.
+        slope = np.where(known, self.slope, 0.0)[region][:, None]
+        delta = np.where(known[:, None], self.delta[:, picked], 0.0)[region]
         centre = self.centre[region][:, picked]
-        out: Array = (centre + slope * (logits - centre) + self.delta[region][:, picked]).astype(
-            np.float32
-        )
+        out: Array = (centre + slope * (logits - centre) + delta).astype(np.float32)
         return out
 
 

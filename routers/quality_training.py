@@ -64,9 +64,10 @@ class QualityOptions:
     length_prior: float = 1.0
     max_iter: int = 150
     # The regional signal check (routers/quality_regions.py): regions of the embedding
-    # space, each recalibrated on its out-of-family logits; 0: none. The prior's precision
-    # (observation weight) pulls a region towards the global calibration.
-    regions: int = 16
+    # space, each recalibrated on its out-of-family logits; 0: none (the shipped model:
+    # docs/classifier.md says why). The prior's precision (observation weight) pulls a
+    # region towards the global calibration.
+    regions: int = 0
     region_prior: float = 10.0
 
 
