@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from gateway.objective import expected_costs, reference_lambda
+from gateway.objective import expected_costs, reference_operating
 from policies.schema import GatewayConfig
 from routers.classifier import ComplexityScore
 from routers.decision import tier_for_score
@@ -43,7 +43,7 @@ def traffic_tiers(
             cost,
             Objective(objective.kind, objective.share),
             routing.target.min_samples,
-            reference_lambda(config, reference),
+            reference_operating(config, reference),
         )
         return [{"tier": tiers[t], "lambda": lam} for t in picked]
     bounds = routing.thresholds
