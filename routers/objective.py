@@ -58,6 +58,7 @@ class TierChoice:
     lam: float | None  # None: no λ pooled yet, the objective was met by this request alone
     tier: str
     reason: str
+    allowed: tuple[str, ...] = ()  # the tiers it chose among (the objective's hull segment)
 
 
 def relative(cost: F64) -> F64:
@@ -203,12 +204,13 @@ def decide_tier(
 ) -> TierChoice:
     """The choice for one request; ``lam`` None: meet the objective on this request alone;
     ``allowed``: the tiers of the objective's hull segment (default: all)."""
+    among: Sequence[int] = range(len(quality))
     if lam is None:
         t = alone(quality, cost, objective)
         reason = f"{objective.kind} {objective.share:g} met by this request alone ({why})"
     else:
         shares = _shares(cost)
-        among = range(len(quality)) if allowed is None else sorted(allowed)
+        among = among if allowed is None else sorted(allowed)
         value = {i: quality[i] - lam * shares[i] for i in among}
         best = max(value.values())
         t = next(i for i, v in value.items() if v >= best - 1e-12)  # as ``choose``
@@ -221,4 +223,5 @@ def decide_tier(
         lam,
         tiers[t],
         reason,
+        tuple(tiers[i] for i in among),
     )
