@@ -167,16 +167,28 @@ def route_traffic(
     min_samples: int,
     reference: Operating | None = None,
 ) -> tuple[npt.NDArray[np.intp], float | None]:
+    """``route_operating``'s tiers and λ (None: each row alone)."""
+    tiers, where = route_operating(quality, cost, objective, min_samples, reference)
+    return tiers, None if where is None else where.lam
+
+
+def route_operating(
+    quality: F64,
+    cost: F64,
+    objective: Objective,
+    min_samples: int,
+    reference: Operating | None = None,
+) -> tuple[npt.NDArray[np.intp], Operating | None]:
     """Tiers for rows that are the whole recent traffic, as the gateway routes them: by
     the λ and segment of their pooled sketch, or, with fewer than ``min_samples`` rows,
-    by those of the reference traffic (``reference``), else each row alone."""
+    by those of the reference traffic (``reference``), else each row alone (None)."""
     if len(quality) < min_samples:
         if reference is not None:
-            return choose(quality, cost, reference.lam, reference.allowed), reference.lam
+            return choose(quality, cost, reference.lam, reference.allowed), reference
         tiers = [alone(list(q), list(c), objective) for q, c in zip(quality, cost, strict=True)]
         return np.asarray(tiers, dtype=np.intp), None
     where = traffic_operating(quality, cost, objective)
-    return choose(quality, cost, where.lam, where.allowed), where.lam
+    return choose(quality, cost, where.lam, where.allowed), where
 
 
 def alone(quality: Sequence[float], cost: Sequence[float], objective: Objective) -> int:
