@@ -117,12 +117,19 @@ def sketch_request(counts: Counter[str], quality: Sequence[float], cost: Sequenc
     tier_totals(counts, quality, shares)
     if len(quality) < 3:
         return
-    for pair in combinations(range(len(quality)), 2):
-        sub: Counter[str] = Counter()
-        _sketch_core(sub, [quality[t] for t in pair], [shares[t] for t in pair])
-        prefix = pair_prefix(pair)
-        for key, value in sub.items():
-            counts[prefix + key] += value
+    for a, b in combinations(range(len(quality)), 2):
+        # a pair's sketch, written out (the request path): it starts on the better of the
+        # two (the cheaper among equals) and steps down to the cheaper at most once
+        prefix = pair_prefix((a, b))
+        (hq, hc), (lq, lc) = (quality[a], shares[a]), (quality[b], shares[b])
+        if (lq, -lc) > (hq, -hc):
+            (hq, hc), (lq, lc) = (lq, lc), (hq, hc)
+        counts[prefix + "C0"] += cost_count(hc)
+        counts[prefix + "Q0"] += quality_count(hq)
+        if lc < hc:
+            at = bin_of((hq - lq) / (hc - lc))
+            counts[f"{prefix}c{at}"] += cost_count(hc - lc)
+            counts[f"{prefix}q{at}"] += quality_count(hq - lq)
 
 
 def _sketch_core(counts: Counter[str], quality: Sequence[float], cost: Sequence[float]) -> None:

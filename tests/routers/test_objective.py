@@ -11,6 +11,7 @@ from policies.lambda_sketch import COST_UNIT, lambda_for
 from routers.frontier import fixed_points, hull_accuracy, point
 from routers.objective import (
     Objective,
+    _sketch_core,
     alone,
     choose,
     decide_tier,
@@ -168,3 +169,21 @@ def test_segment_of_sketch_without_tier_totals_is_every_tier() -> None:
 
 def traffic_lambda_unguarded(quality: np.ndarray, cost: np.ndarray) -> float:
     return lambda_for(sketch_of(quality, cost), "quality", 0.95)
+
+
+def test_each_pair_sketch_is_the_sketch_of_the_request_on_those_two_tiers() -> None:
+    rng = np.random.default_rng(6)
+    for _ in range(200):
+        quality = list(rng.choice([0.5, 0.7, 0.9], 3) + rng.normal(0, 0.05, 3) * rng.integers(2))
+        cost = list(rng.choice([1.0, 2.0, 5.0], 3))
+        counts: Counter[str] = Counter()
+        sketch_request(counts, quality, cost)
+        shares = [c / cost[-1] for c in cost]
+        for pair in ((0, 1), (0, 2), (1, 2)):
+            alone_pair: Counter[str] = Counter()
+            # the general sketch on the two tiers, costs still shares of the largest tier
+            _sketch_core(alone_pair, [quality[t] for t in pair], [shares[t] for t in pair])
+            prefix = f"p{pair[0]}.{pair[1]}:"
+            mine = {k[len(prefix) :]: v for k, v in counts.items() if k.startswith(prefix)}
+            expected = {k: v for k, v in alone_pair.items() if v and k not in {"CL", "QL"}}
+            assert {k: v for k, v in mine.items() if v} == expected
