@@ -153,7 +153,7 @@ class ObjectiveLambda:
             return
         kind = Objective(objective.kind, objective.share)
         where = operating(pooled, tiers_in(pooled), kind)
-        self.lam, self.allowed = where.lam, where.allowed
+        self.lam, self.allowed = where.lam, where.allowed or None
 
     def report(self, routing: RoutingConfig) -> dict[str, Any]:
         """λ, and over the pooled window the expected quality (mean P(acceptable)) and

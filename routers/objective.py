@@ -229,7 +229,9 @@ def decide_tier(
         reason = f"{objective.kind} {objective.share:g} met by this request alone ({why})"
     else:
         shares = _shares(cost)
-        among = among if allowed is None else sorted(allowed)
+        # a segment from another tier count (a reload mid-window) or none: every tier
+        valid = sorted(i for i in allowed or () if 0 <= i < len(quality))
+        among = valid if valid and len(valid) == len(allowed or ()) else among
         value = {i: quality[i] - lam * shares[i] for i in among}
         best = max(value.values())
         t = next(i for i, v in value.items() if v >= best - 1e-12)  # as ``choose``

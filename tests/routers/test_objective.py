@@ -187,3 +187,12 @@ def test_each_pair_sketch_is_the_sketch_of_the_request_on_those_two_tiers() -> N
             mine = {k[len(prefix) :]: v for k, v in counts.items() if k.startswith(prefix)}
             expected = {k: v for k, v in alone_pair.items() if v and k not in {"CL", "QL"}}
             assert {k: v for k, v in mine.items() if v} == expected
+
+
+def test_a_segment_of_another_tier_count_falls_back_to_every_tier() -> None:
+    quality, cost = [0.5, 0.9], [1.0, 3.0]
+    objective = Objective("quality", 0.95)
+    # a window sketched with three tiers, read after a reload to two
+    choice = decide_tier(("s", "l"), quality, cost, 0.01, objective, "x", (1, 2))
+    assert choice.allowed == ("s", "l") and choice.tier == "l"
+    assert decide_tier(("s", "l"), quality, cost, 0.01, objective, "x", ()).allowed == ("s", "l")
