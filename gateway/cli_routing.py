@@ -263,7 +263,7 @@ def objective_report(
     model = QualityModel.load(Path(spec.quality) if spec.quality else None)
     configured = config.routing.objective
     objective = (
-        Objective(configured.kind, configured.share)
+        Objective(configured.kind, configured.share, configured.segment)
         if configured is not None
         else Objective("cost", 0.25)
     )
@@ -290,7 +290,9 @@ def objective_report(
         from routers.plots import draw, sweep
 
         for row in evaluated:
-            curve = sweep(predict(row.rows), row.rows, min_samples, reference(row.rows))
+            curve = sweep(
+                predict(row.rows), row.rows, min_samples, reference(row.rows), objective.segment
+            )
             print(f"wrote {draw(row, curve, plot, objective)}")
 
 

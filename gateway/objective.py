@@ -76,7 +76,9 @@ def reference_operating(
     quality, chars = reference
     cost = cost_matrix(config, objective, chars)
     return traffic_operating(
-        np.asarray(quality, dtype=np.float64), cost, Objective(objective.kind, objective.share)
+        np.asarray(quality, dtype=np.float64),
+        cost,
+        Objective(objective.kind, objective.share, objective.segment),
     )
 
 
@@ -127,7 +129,7 @@ class ObjectiveLambda:
             quality,
             cost,
             lam,
-            Objective(objective.kind, objective.share),
+            Objective(objective.kind, objective.share, objective.segment),
             why,
             allowed,
         )
@@ -151,7 +153,7 @@ class ObjectiveLambda:
         if self.samples < routing.target.min_samples:
             self.lam, self.allowed = None, None
             return
-        kind = Objective(objective.kind, objective.share)
+        kind = Objective(objective.kind, objective.share, objective.segment)
         where = operating(pooled, tiers_in(pooled), kind)
         self.lam, self.allowed = where.lam, where.allowed or None
 

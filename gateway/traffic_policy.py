@@ -42,7 +42,7 @@ def traffic_tiers(
         picked, where = route_operating(
             quality,
             cost,
-            Objective(objective.kind, objective.share),
+            Objective(objective.kind, objective.share, objective.segment),
             routing.target.min_samples,
             reference_operating(config, reference),
         )

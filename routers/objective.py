@@ -28,7 +28,7 @@ from itertools import combinations
 import numpy as np
 import numpy.typing as npt
 
-from policies.lambda_sketch import bin_of, cost_count, quality_count
+from policies.lambda_sketch import bin_of, cost_count, lambda_for, quality_count
 from routers.objective_segment import pair_prefix, segment_lambda, tier_totals
 
 F64 = npt.NDArray[np.float64]
@@ -38,6 +38,7 @@ F64 = npt.NDArray[np.float64]
 class Objective:
     kind: str  # "cost" | "quality"
     share: float
+    segment: bool = True  # choose within the objective's segment of the predicted hull
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +154,8 @@ def sketch_of(quality: F64, cost: F64) -> Counter[str]:
 
 def operating(fields: Mapping[str, int], tiers: int, objective: Objective) -> Operating:
     """λ and the allowed tiers for ``objective`` on a (pooled) sketch."""
+    if not objective.segment:
+        return Operating(lambda_for(fields, objective.kind, objective.share), tuple(range(tiers)))
     lam, allowed = segment_lambda(fields, tiers, objective.kind, objective.share)
     return Operating(lam, allowed)
 

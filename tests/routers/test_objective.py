@@ -196,3 +196,17 @@ def test_a_segment_of_another_tier_count_falls_back_to_every_tier() -> None:
     choice = decide_tier(("s", "l"), quality, cost, 0.01, objective, "x", (1, 2))
     assert choice.allowed == ("s", "l") and choice.tier == "l"
     assert decide_tier(("s", "l"), quality, cost, 0.01, objective, "x", ()).allowed == ("s", "l")
+
+
+def test_segment_off_chooses_among_every_tier() -> None:
+    rng = np.random.default_rng(4)
+    n = 2000
+    quality = np.column_stack(
+        [rng.normal(0.76, 0.03, n), rng.normal(0.78, 0.015, n), rng.normal(0.89, 0.01, n)]
+    )
+    cost = np.tile([0.5, 1.9, 100.0], (n, 1)) * 1e-5
+    off = Objective("quality", 0.95, segment=False)
+    assert traffic_operating(quality, cost, off).allowed == (0, 1, 2)
+    tiers, lam = route_traffic(quality, cost, off, min_samples=200)
+    assert lam == traffic_lambda_unguarded(quality, cost)
+    assert (tiers == 0).any()
