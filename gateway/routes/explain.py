@@ -113,5 +113,6 @@ def _objective(choice: TierChoice | None, config: GatewayConfig) -> dict[str, ob
         "lambda": choice.lam,
         "expected_cost_usd": dict(zip(choice.tiers, choice.cost, strict=True)),
         "tier": choice.tier,
+        "among": list(choice.allowed),
         "reason": choice.reason,
     }
