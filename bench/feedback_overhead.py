@@ -3,10 +3,14 @@ against feedback on (1 % shadowed by default), in one session.
 
     python -m bench.feedback_overhead [--sample 0.01] [--seconds 8] [--rounds 5] [--concurrency 16]
 
-Starts a private redis-server, the local 0 ms upstream, and tiergate twice on the same
-three-tier ``auto`` pipeline (the shipped classifier, budgets and the ledger on that Redis,
-every tier passing through to the upstream over the ``openai`` backend, as a front before
-engine nodes): once without ``routing.feedback``, once with it (the judge is the large tier;
+Starts a private redis-server, the local 0 ms upstream, and tiergate on the same
+three-tier ``auto`` pipeline (the shipped classifier, per-tier quality model and objective
+``{quality: 0.95}``, budgets and the ledger on that Redis, every tier passing through to
+the upstream over the ``openai`` backend, as a front before engine nodes): without
+``routing.feedback``; with it and no shadow (the records alone); at ``--sample``; at
+``--sample`` with a refit serving (published to that gateway's store before it starts, so
+routing reads the refit's per-tier predictions); and with every request shadowed. The
+judge is the large tier;
 the upstream's answer holds no verdict, so the judge's call is paid and no label is made:
 the CPU of the whole pair). With feedback on, every request also gets its record, written
 in batches. Rounds interleave the two; each process's CPU comes from the kernel's counters.
@@ -19,35 +23,81 @@ reported apart. Medians and ranges over the rounds; the goal: at most 1.02.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import statistics
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+import numpy as np
+
 from bench import targets
 from bench.pipeline_cpu import STAGES, phase
+from policies.feedback_redis import RedisFeedbackStore
+from policies.feedback_store import RefitEntry
+from policies.store_redis import RedisStore
+from routers.features import FEATURES
+from routers.refit import Correction
 
+ROUTING: dict[str, Any] = {"classifier": {}, "objective": {"quality": 0.95}}
 OVERLAY: dict[str, Any] = {
     "tenants": {"bench": {"budget": {"limit_usd": 1_000_000, "window": "daily"}}},
-    "routing": {"classifier": {}},
+    "routing": ROUTING,
 }
+REFIT = "refit serving"
 
 
-def feedback_overlay(sample: float) -> dict[str, Any]:
+def feedback_overlay(sample: float, prefix: str | None = None) -> dict[str, Any]:
     feedback = {"sample": sample, "judge": {"tier": "large"}, "max_concurrent": 64}
-    return {**OVERLAY, "routing": {"classifier": {}, "feedback": feedback}}
+    overlay = {**OVERLAY, "routing": {**ROUTING, "feedback": feedback}}
+    if prefix is not None:  # its own store: the refit published there serves
+        overlay["redis_prefix"] = prefix
+    return overlay
 
 
 def variants(sample: float) -> dict[str, dict[str, Any]]:
-    """Off; on with no shadow (the records alone); on at ``sample``; on for every request
-    (what one shadow pair costs, measured 100 times larger than at 1 %)."""
+    """Off; on with no shadow (the records alone); on at ``sample``; the same with a refit
+    serving; on for every request (what one shadow pair costs, measured 100 times larger
+    than at 1 %)."""
     return {
         "feedback off": OVERLAY,
         "records only": feedback_overlay(0.0),
         f"feedback {sample:g}": feedback_overlay(sample),
+        f"{REFIT} {sample:g}": feedback_overlay(sample, targets.pipeline_prefix() + "refit"),
         "feedback 1": feedback_overlay(1.0),
     }
+
+
+def a_refit(seed: int = 0) -> Correction:
+    """A correction of the shape the online refit publishes (8 directions over the MiniLM
+    embedding, the 20 text features), with small coefficients: what it costs to route by
+    one does not depend on what it learnt."""
+    rng = np.random.default_rng(seed)
+    dim, k, tiers = 384, 8, ("small", "medium", "large")
+    directions = np.linalg.qr(rng.normal(size=(dim, k)))[0].T.astype(np.float32)
+    return Correction(
+        tiers=tiers,
+        centre=np.zeros(dim, np.float32),
+        directions=directions,
+        feature_mean=np.zeros(len(FEATURES), np.float32),
+        feature_scale=np.ones(len(FEATURES), np.float32),
+        coef=rng.normal(scale=0.05, size=(len(tiers), 2 + k + len(FEATURES))),
+        fitted=(100, 100, 100),
+    )
+
+
+async def publish_refit(redis_url: str, prefix: str) -> int:
+    """Make ``a_refit`` the serving model of the store under ``prefix``."""
+    store = RedisStore(redis_url, root=prefix)
+    try:
+        entry = RefitEntry(0.0, "accepted", "bench: a published refit", 0, 0, {}, by="bench")
+        stored = await RedisFeedbackStore(store).add_refit(entry, a_refit().to_bytes(), 50)
+        return stored.version
+    finally:
+        await store.aclose()
 
 
 def main() -> int:
@@ -72,8 +122,12 @@ def main() -> int:
             started = {}
             for n, (name, layer) in enumerate(variants(args.sample).items()):
                 config = targets.pipeline_config(upstream.base_url, redis_url, layer)
+                if name.startswith(REFIT):
+                    asyncio.run(publish_refit(redis_url, config["redis_prefix"]))
                 started[name] = targets.start_tiergate(f"feedback-{n}", config, None, args.logs)
                 processes.append(started[name])
+            for name, process in started.items():  # which model routing reads, per variant
+                print(f"{name:18} /v1/route quality_model {quality_model(process)}", flush=True)
             seed = 0
             for round_no in range(args.rounds + 1):  # the first round warms up
                 for name, process in started.items():
@@ -94,6 +148,21 @@ def main() -> int:
             redis_popen.wait(10)
     report(rows, args)
     return 0
+
+
+def quality_model(process: targets.Process) -> object:
+    """What ``/v1/route`` says gave the per-tier predictions (the refit variant: the
+    published refit, once the replica has polled the store)."""
+    body = {"model": "auto", "messages": [{"role": "user", "content": "Name a prime."}]}
+    headers = {"authorization": f"Bearer {targets.TENANT_KEY}"}
+    for _ in range(50):
+        got = httpx.post(f"{process.base_url}/v1/route", json=body, headers=headers, timeout=30)
+        found = got.json().get("quality_model")
+        version = None if found is None else found.get("version")
+        if version is None or version >= 0:  # None: no feedback loop; -1: not polled yet
+            return found
+        time.sleep(0.2)  # not polled yet
+    return found
 
 
 def _spread(values: list[float], digits: int = 3) -> str:
@@ -122,13 +191,15 @@ def report(rows: dict[str, list[dict[str, float]]], args: argparse.Namespace) ->
 
     base, records, every = median("feedback off"), median("records only"), median("feedback 1")
     projected = (records + args.sample * (every - records)) / base
+    sampled, refit = median(f"feedback {args.sample:g}"), median(f"{REFIT} {args.sample:g}")
     print(
         f"\none shadow pair (shadow answer + judge) costs the front {every - records:.2f} CPU ms; "
-        f"records {records - base:+.3f} ms per request"
+        f"records {records - base:+.3f} ms per request; routing by the refit "
+        f"{refit - sampled:+.3f} ms per request"
     )
     print(
-        f"feedback {args.sample:g}: measured {median(f'feedback {args.sample:g}') / base:.3f}, "
-        f"from the parts {projected:.3f} of feedback off (goal <= 1.02)"
+        f"feedback {args.sample:g}: measured {sampled / base:.3f}, with a refit serving "
+        f"{refit / base:.3f}, from the parts {projected:.3f} of feedback off (goal <= 1.02)"
     )
 
 

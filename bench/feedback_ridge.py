@@ -90,7 +90,8 @@ def main() -> int:
                           tuple(float(x) for x in features[i]), float(j), "bench",
                           TIERS[ref], float(cost[i, cheap]), float(cost[i, ref]))
                 )  # fmt: skip
-            result = check_refit(base, None, label_set(labels, TIERS), RefitOptions(ridge=ridge))
+            options = RefitOptions(ridge=ridge, shared=False)  # as documented: tiers alone
+            result = check_refit(base, None, label_set(labels, TIERS), options)
             assert result is not None and result.correction is not None
             refit = RefittedQuality(base, result.correction)
             budget, ship = equal_cost.outcome(

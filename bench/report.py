@@ -10,6 +10,8 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
+from bench.wire_formats import WIRE_FORMATS
+
 Runs = dict[str, dict[str, list[dict[str, Any]]]]
 
 # The pipeline's stages, in request order, as they appear in tiergate's Server-Timing
@@ -196,8 +198,8 @@ def wire_table(runs: Runs) -> str:
     """tiergate's passthrough CPU per request in each wire format, next to chat's in the
     same rounds (phases ``API KIND c16`` of bench/overhead.py's WIRE_PHASES)."""
     mine = runs.get("tiergate", {})
-    apis = sorted({name.split()[0] for name in mine if name.endswith(" c16") and " " in name})
-    apis = [a for a in apis if a != "chat" and f"{a} 0ms c16" in mine]
+    # Only the wire formats' own phases: the full pipeline's ``pipe 0ms c16`` is not one.
+    apis = [a for a in WIRE_FORMATS if a != "chat" and f"{a} 0ms c16" in mine]
     if "chat 0ms c16" not in mine or not apis:
         return "wire formats: not measured"
     rows: list[list[str]] = []

@@ -174,6 +174,7 @@ def serving_core(state: GatewayState) -> ServingCore:
         state.replicas,
         state.background,
         state.objective,
+        state.feedback,  # the serving refit, read once per request
     )
     parts = Collaborators(
         pools=state.pools,

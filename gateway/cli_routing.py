@@ -150,7 +150,9 @@ def _train_quality(
     from routers.quality_training import LADDER, QualityOptions, fit_quality
 
     ladder = tuple(args.ladder.split(",")) if args.ladder else LADDER
-    options = QualityOptions(ladder=ladder, calibration_folds=args.calibration_folds)
+    options = QualityOptions(
+        ladder=ladder, calibration_folds=args.calibration_folds, regions=args.regions
+    )
     out = args.out if args.out != Path("complexity.npz") else Path("quality.npz")
     try:
         model = fit_quality(examples, vectors, embedder, options, info)
@@ -261,7 +263,7 @@ def objective_report(
     model = QualityModel.load(Path(spec.quality) if spec.quality else None)
     configured = config.routing.objective
     objective = (
-        Objective(configured.kind, configured.share)
+        Objective(configured.kind, configured.share, configured.segment)
         if configured is not None
         else Objective("cost", 0.25)
     )
@@ -288,7 +290,9 @@ def objective_report(
         from routers.plots import draw, sweep
 
         for row in evaluated:
-            curve = sweep(predict(row.rows), row.rows, min_samples, reference(row.rows))
+            curve = sweep(
+                predict(row.rows), row.rows, min_samples, reference(row.rows), objective.segment
+            )
             print(f"wrote {draw(row, curve, plot, objective)}")
 
 
@@ -336,6 +340,12 @@ def add_commands(sub: Any) -> None:
     )
     train.add_argument(
         "--ladder", default="", help="with --quality: the reference models, cheapest first"
+    )
+    train.add_argument(
+        "--regions",
+        type=int,
+        default=0,
+        help="with --quality: the regional signal check over this many embedding regions",
     )
     train.add_argument(
         "--no-cache",

@@ -212,6 +212,9 @@ class ObjectiveConfig(Frozen):
     answer_tokens: int | dict[str, int] = 256
     # The quality model's head each tier stands for (default: its ladder, by position).
     reference: dict[str, str] = Field(default_factory=dict)
+    # Requests choose only between the tiers of the objective's segment of the traffic's
+    # predicted fixed-tier hull (routers/objective_segment.py); false: among every tier.
+    segment: bool = True
 
     @model_validator(mode="after")
     def _one(self) -> ObjectiveConfig:

@@ -107,8 +107,13 @@ _ARRAYS = ("mean", "scale", "coef", "intercept")
 
 class Classifier(Protocol):
     async def classify(
-        self, messages: Sequence[Mapping[str, Any]], embedding: EmbeddingOnce
-    ) -> ComplexityScore: ...
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        embedding: EmbeddingOnce,
+        quality: TierQuality | None = None,
+    ) -> ComplexityScore:
+        """The score; per-tier predictions from ``quality`` (None: the classifier's own)."""
+        ...
 
 
 class ComplexityClassifier:
@@ -125,12 +130,14 @@ class ComplexityClassifier:
         conversations: Sequence[Sequence[Mapping[str, Any]]],
         last_user: Sequence[str],
         vectors: Array,
+        quality: TierQuality | None = None,
     ) -> list[ComplexityScore]:
         features = np.stack(
             [text_features(c, t) for c, t in zip(conversations, last_user, strict=True)]
         )
         probs = self.model.probabilities(vectors, features)
-        per_tier = None if self.quality is None else self.quality.predict(vectors, features)
+        quality = quality or self.quality
+        per_tier = None if quality is None else quality.predict(vectors, features)
         return [
             ComplexityScore(
                 score=float(p[self._more]),
@@ -142,15 +149,18 @@ class ComplexityClassifier:
         ]
 
     async def classify(
-        self, messages: Sequence[Mapping[str, Any]], embedding: EmbeddingOnce
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        embedding: EmbeddingOnce,
+        quality: TierQuality | None = None,
     ) -> ComplexityScore:
         vector = await embedding.get()
         if sum(len(message_text(m)) for m in messages) <= INLINE_CHARS:
             # A thread hop costs more CPU than the regexes over a short conversation.
-            return self.classify_many([messages], [embedding.text], vector[None, :])[0]
+            return self.classify_many([messages], [embedding.text], vector[None, :], quality)[0]
         # A long one would hold the loop for milliseconds: off it (GIL switches let
         # the loop in meanwhile).
         scores = await asyncio.to_thread(
-            self.classify_many, [messages], [embedding.text], vector[None, :]
+            self.classify_many, [messages], [embedding.text], vector[None, :], quality
         )
         return scores[0]

@@ -2,10 +2,16 @@
 
 The rubric (``routers/rubrics/judge.md``, or the file ``routing.feedback.judge.rubric``
 names) is the system message; the request and the two answers are the user message,
-each cut to ``PART_CHARS``. The verdict is read from the answer's lines: exactly one
-``VERDICT: ACCEPTABLE`` or ``VERDICT: NOT ACCEPTABLE`` (case, surrounding ``*`` and
-backticks aside). Anything else (no verdict, two different ones, a hedge) is no verdict,
-and no label is made from it.
+each cut to ``PART_CHARS``. The verdicts are read from the answer's lines: exactly one
+``VERDICT A: ACCEPTABLE`` or ``VERDICT A: NOT ACCEPTABLE`` (``VERDICT:`` alone is A's;
+case, surrounding ``*`` and backticks aside), and at most one ``VERDICT B: …``, the
+verdict on the more capable answer. Anything else (no verdict on A, two different ones
+on either, a hedge) is no verdict, and no label is made from it; without a B line only
+A's answer is labelled.
+
+Each answer is judged on its own (is it acceptable for the request?), the other answer
+serving as a cross-check: a label then means what the per-tier quality model predicts,
+P(this tier's answer is acceptable), for both tiers of the pair (the largest included).
 """
 
 from __future__ import annotations
@@ -20,13 +26,16 @@ from routers.features import message_text
 
 SHIPPED_RUBRIC = Path(__file__).resolve().parent / "rubrics" / "judge.md"
 PART_CHARS = 6000  # of the request and of each answer: the judge's cost stays bounded
-_VERDICT = re.compile(r"^verdict\s*:\s*(acceptable|not acceptable)\s*[.!]?$", re.IGNORECASE)
+_VERDICT = re.compile(
+    r"^verdict(?:\s+(a|b))?\s*:\s*(acceptable|not acceptable)\s*[.!]?$", re.IGNORECASE
+)
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    acceptable: bool
+    acceptable: bool  # the cheaper answer's (A)
     reason: str
+    reference_acceptable: bool | None = None  # the more capable answer's (B), when given
 
 
 def load_rubric(path: str | None) -> str:
@@ -50,22 +59,23 @@ def judge_messages(
         f"REQUEST:\n{_cut(render_request(messages))}\n\n"
         f"ANSWER A (cheaper model):\n{_cut(cheaper)}\n\n"
         f"ANSWER B (more capable model):\n{_cut(reference)}\n\n"
-        "Was ANSWER A acceptable? Reply with the VERDICT line."
+        "Was each answer acceptable? Reply with the two VERDICT lines."
     )
     return [{"role": "system", "content": rubric}, {"role": "user", "content": case}]
 
 
 def parse_verdict(answer: str) -> Verdict | None:
-    """The judge's verdict, or None when it gave none (or contradicted itself)."""
-    found: set[bool] = set()
+    """The judge's verdicts, or None when it gave none on A (or contradicted itself)."""
+    found: dict[str, set[bool]] = {"a": set(), "b": set()}
     reason = ""
     for raw in answer.splitlines():
         line = raw.strip().strip("*`_ ").strip()
         match = _VERDICT.match(line)
         if match is not None:
-            found.add(match.group(1).lower() == "acceptable")
+            found[(match.group(1) or "a").lower()].add(match.group(2).lower() == "acceptable")
         elif line.lower().startswith("reason:") and not reason:
             reason = line[len("reason:") :].strip()[:300]
-    if len(found) != 1:
+    a, b = found["a"], found["b"]
+    if len(a) != 1 or len(b) > 1:
         return None
-    return Verdict(found.pop(), reason)
+    return Verdict(a.pop(), reason, b.pop() if b else None)

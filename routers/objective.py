@@ -12,19 +12,24 @@ meets the objective on its own.
 No signal, no gamble: where the predictions do not tell requests apart, every request
 sees the same trade-off (a long prompt costs more on every tier, not more *relatively*),
 so the policy sends them all to the one tier that is best for the objective — never a
-share to the smallest tier by quota, nor the long prompts down by their price alone.
+share to the smallest tier by quota, nor the long prompts down by their price alone. And
+requests only ever choose between the two tiers whose segment of the traffic's predicted
+fixed-tier hull the objective falls on (``routers/objective_segment.py``): never across
+a hull vertex on predictions too weak to justify it.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import combinations
 
 import numpy as np
 import numpy.typing as npt
 
 from policies.lambda_sketch import bin_of, cost_count, lambda_for, quality_count
+from routers.objective_segment import pair_prefix, segment_lambda, tier_totals
 
 F64 = npt.NDArray[np.float64]
 
@@ -33,6 +38,15 @@ F64 = npt.NDArray[np.float64]
 class Objective:
     kind: str  # "cost" | "quality"
     share: float
+    segment: bool = True  # choose within the objective's segment of the predicted hull
+
+
+@dataclass(frozen=True, slots=True)
+class Operating:
+    """Where the traffic puts the objective: λ and the tiers requests may go to."""
+
+    lam: float
+    allowed: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +59,7 @@ class TierChoice:
     lam: float | None  # None: no λ pooled yet, the objective was met by this request alone
     tier: str
     reason: str
+    allowed: tuple[str, ...] = ()  # the tiers it chose among (the objective's hull segment)
 
 
 def relative(cost: F64) -> F64:
@@ -54,9 +69,16 @@ def relative(cost: F64) -> F64:
     return out
 
 
-def choose(quality: F64, cost: F64, lam: float) -> npt.NDArray[np.intp]:
-    """Per row the tier maximising ``quality - lam · cost share`` (ties: the cheaper tier)."""
+def choose(
+    quality: F64, cost: F64, lam: float, allowed: Sequence[int] | None = None
+) -> npt.NDArray[np.intp]:
+    """Per row the tier maximising ``quality - lam · cost share`` (ties: the cheaper tier),
+    among the tiers ``allowed`` (default: all)."""
     value = quality - lam * relative(cost)
+    if allowed is not None:
+        barred = np.ones(quality.shape[1], dtype=bool)
+        barred[list(allowed)] = False
+        value[:, barred] = -np.inf
     best = value.max(axis=1, keepdims=True)
     # the first tier (cheapest first) within float noise of the best
     picked: npt.NDArray[np.intp] = np.argmax(value >= best - 1e-12, axis=1)
@@ -87,14 +109,36 @@ def _shares(cost: Sequence[float]) -> list[float]:
 
 
 def sketch_request(counts: Counter[str], quality: Sequence[float], cost: Sequence[float]) -> None:
-    """Add one request's trade-offs (costs as shares of its largest tier) to a sketch."""
-    cost = _shares(cost)
+    """Add one request's trade-offs (costs as shares of its largest tier) to a sketch: its
+    breakpoints over all tiers, its per-tier totals, and (three tiers or more) each pair's
+    breakpoints, which λ is read from once the objective's segment is known."""
+    shares = _shares(cost)
+    _sketch_core(counts, quality, shares)
+    counts["n"] += 1
+    tier_totals(counts, quality, shares)
+    if len(quality) < 3:
+        return
+    for a, b in combinations(range(len(quality)), 2):
+        # a pair's sketch, written out (the request path): it starts on the better of the
+        # two (the cheaper among equals) and steps down to the cheaper at most once
+        prefix = pair_prefix((a, b))
+        (hq, hc), (lq, lc) = (quality[a], shares[a]), (quality[b], shares[b])
+        if (lq, -lc) > (hq, -hc):
+            (hq, hc), (lq, lc) = (lq, lc), (hq, hc)
+        counts[prefix + "C0"] += cost_count(hc)
+        counts[prefix + "Q0"] += quality_count(hq)
+        if lc < hc:
+            at = bin_of((hq - lq) / (hc - lc))
+            counts[f"{prefix}c{at}"] += cost_count(hc - lc)
+            counts[f"{prefix}q{at}"] += quality_count(hq - lq)
+
+
+def _sketch_core(counts: Counter[str], quality: Sequence[float], cost: Sequence[float]) -> None:
     start = max(range(len(quality)), key=lambda t: (quality[t], -cost[t]))
     counts["C0"] += cost_count(cost[start])
     counts["Q0"] += quality_count(quality[start])
     counts["CL"] += cost_count(cost[-1])
     counts["QL"] += quality_count(quality[-1])
-    counts["n"] += 1
     for lam, dc, dq in steps(quality, cost):
         b = bin_of(lam)
         counts[f"c{b}"] += cost_count(dc)
@@ -108,10 +152,22 @@ def sketch_of(quality: F64, cost: F64) -> Counter[str]:
     return counts
 
 
+def operating(fields: Mapping[str, int], tiers: int, objective: Objective) -> Operating:
+    """λ and the allowed tiers for ``objective`` on a (pooled) sketch."""
+    if not objective.segment:
+        return Operating(lambda_for(fields, objective.kind, objective.share), tuple(range(tiers)))
+    lam, allowed = segment_lambda(fields, tiers, objective.kind, objective.share)
+    return Operating(lam, allowed)
+
+
+def traffic_operating(quality: F64, cost: F64, objective: Objective) -> Operating:
+    """λ and the allowed tiers for ``objective`` with these rows as the recent traffic
+    (what ``classify`` and ``eval-classifier`` score: the same sketch the gateway pools)."""
+    return operating(sketch_of(quality, cost), quality.shape[1], objective)
+
+
 def traffic_lambda(quality: F64, cost: F64, objective: Objective) -> float:
-    """λ for ``objective`` with these rows as the recent traffic (what ``classify`` and
-    ``eval-classifier`` score: the same sketch the gateway pools)."""
-    return lambda_for(sketch_of(quality, cost), objective.kind, objective.share)
+    return traffic_operating(quality, cost, objective).lam
 
 
 def route_traffic(
@@ -119,18 +175,30 @@ def route_traffic(
     cost: F64,
     objective: Objective,
     min_samples: int,
-    reference: float | None = None,
+    reference: Operating | None = None,
 ) -> tuple[npt.NDArray[np.intp], float | None]:
+    """``route_operating``'s tiers and λ (None: each row alone)."""
+    tiers, where = route_operating(quality, cost, objective, min_samples, reference)
+    return tiers, None if where is None else where.lam
+
+
+def route_operating(
+    quality: F64,
+    cost: F64,
+    objective: Objective,
+    min_samples: int,
+    reference: Operating | None = None,
+) -> tuple[npt.NDArray[np.intp], Operating | None]:
     """Tiers for rows that are the whole recent traffic, as the gateway routes them: by
-    the λ of their pooled sketch, or, with fewer than ``min_samples`` rows, by the λ of
-    the reference traffic (``reference``), else each row alone."""
+    the λ and segment of their pooled sketch, or, with fewer than ``min_samples`` rows,
+    by those of the reference traffic (``reference``), else each row alone (None)."""
     if len(quality) < min_samples:
         if reference is not None:
-            return choose(quality, cost, reference), reference
+            return choose(quality, cost, reference.lam, reference.allowed), reference
         tiers = [alone(list(q), list(c), objective) for q, c in zip(quality, cost, strict=True)]
         return np.asarray(tiers, dtype=np.intp), None
-    lam = traffic_lambda(quality, cost, objective)
-    return choose(quality, cost, lam), lam
+    where = traffic_operating(quality, cost, objective)
+    return choose(quality, cost, where.lam, where.allowed), where
 
 
 def alone(quality: Sequence[float], cost: Sequence[float], objective: Objective) -> int:
@@ -154,17 +222,24 @@ def decide_tier(
     lam: float | None,
     objective: Objective,
     why: str,
+    allowed: Sequence[int] | None = None,
 ) -> TierChoice:
-    """The choice for one request; ``lam`` None: meet the objective on this request alone."""
+    """The choice for one request; ``lam`` None: meet the objective on this request alone;
+    ``allowed``: the tiers of the objective's hull segment (default: all)."""
+    among: Sequence[int] = range(len(quality))
     if lam is None:
         t = alone(quality, cost, objective)
         reason = f"{objective.kind} {objective.share:g} met by this request alone ({why})"
     else:
         shares = _shares(cost)
-        value = [q - lam * c for q, c in zip(quality, shares, strict=True)]
-        best = max(value)
-        t = next(i for i, v in enumerate(value) if v >= best - 1e-12)  # as ``choose``
-        reason = f"max quality - λ·cost at λ {lam:.4g} ({why})"
+        # a segment from another tier count (a reload mid-window) or none: every tier
+        valid = sorted(i for i in allowed or () if 0 <= i < len(quality))
+        among = valid if valid and len(valid) == len(allowed or ()) else among
+        value = {i: quality[i] - lam * shares[i] for i in among}
+        best = max(value.values())
+        t = next(i for i, v in value.items() if v >= best - 1e-12)  # as ``choose``
+        segment = "" if allowed is None else f" among {', '.join(tiers[i] for i in among)}"
+        reason = f"max quality - λ·cost at λ {lam:.4g}{segment} ({why})"
     return TierChoice(
         tuple(tiers),
         tuple(round(float(q), 4) for q in quality),
@@ -172,4 +247,5 @@ def decide_tier(
         lam,
         tiers[t],
         reason,
+        tuple(tiers[i] for i in among),
     )

@@ -25,10 +25,14 @@ QUALITY_SHARES = (0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99, 1.0)
 
 
 def sweep(
-    quality: np.ndarray, rows: TierSet, min_samples: int, reference: Any = None
+    quality: np.ndarray,
+    rows: TierSet,
+    min_samples: int,
+    reference: Any = None,
+    segment: bool = True,
 ) -> list[PolicyResult]:
-    objectives = [Objective("cost", s) for s in COST_SHARES]
-    objectives += [Objective("quality", s) for s in QUALITY_SHARES]
+    objectives = [Objective("cost", s, segment) for s in COST_SHARES]
+    objectives += [Objective("quality", s, segment) for s in QUALITY_SHARES]
     results = [run_policy(quality, rows, o, min_samples, reference) for o in objectives]
     return sorted(results, key=lambda r: r.point.cost)
 

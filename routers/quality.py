@@ -26,10 +26,21 @@ import numpy as np
 import numpy.typing as npt
 
 from routers.features import FEATURES
+from routers.quality_regions import Regions
 
 SHIPPED_QUALITY = Path(__file__).resolve().parent / "model" / "quality.npz"
 Array = npt.NDArray[np.float32]
 _ARRAYS = ("mean", "scale", "coef", "intercept", "reference_logits", "reference_chars")
+# optional, all or none: the regional signal check and the reference traffic's regions
+_REGIONS = (
+    "region_centroids",
+    "region_slope",
+    "region_centre",
+    "region_delta",
+    "region_evidence",
+    "region_min_evidence",
+    "reference_region",
+)
 
 
 class QualityFormatError(ValueError):
@@ -68,12 +79,25 @@ class QualityModel:
     reference_logits: Array  # (prompts, models)
     reference_chars: Array  # (prompts,)
     info: Mapping[str, Any]
+    # The regional signal check (routers/quality_regions.py); None: the global calibration.
+    # ``reference_logits`` are then before it, and ``reference_region`` each prompt's region.
+    regions: Regions | None = None
+    reference_region: npt.NDArray[np.intp] | None = None
 
     def logits_of(self, rows: Sequence[int], vectors: Array, features: Array) -> Array:
         x = np.concatenate([vectors, features], axis=1).astype(np.float32)
         z = (x - self.mean) / self.scale
         picked = list(rows)
         logits: Array = (z @ self.coef[picked].T + self.intercept[picked]).astype(np.float32)
+        if self.regions is not None:
+            logits = self.regions.apply(logits, self.regions.assign(vectors), picked)
+        return logits
+
+    def reference_of(self, rows: Sequence[int]) -> Array:
+        """The reference traffic's logits for the heads ``rows``."""
+        logits: Array = self.reference_logits[:, list(rows)]
+        if self.regions is not None and self.reference_region is not None:
+            logits = self.regions.apply(logits, self.reference_region, rows)
         return logits
 
     def for_tiers(
@@ -111,6 +135,7 @@ class QualityModel:
                 intercept=self.intercept.astype(np.float32),
                 reference_logits=self.reference_logits.astype(np.float32),
                 reference_chars=self.reference_chars.astype(np.float32),
+                **_region_arrays(self.regions, self.reference_region),
             )
 
     @classmethod
@@ -121,6 +146,9 @@ class QualityModel:
                 meta = json.loads(bytes(data["meta"]).decode())
                 arrays = {k: np.asarray(data[k], dtype=np.float32) for k in _ARRAYS}
                 models, ladder = tuple(meta["models"]), tuple(meta["ladder"])
+                regions, reference_region = _load_regions(
+                    data, len(models), arrays["mean"].shape[0], len(arrays["reference_chars"])
+                )
         except (OSError, KeyError, ValueError) as exc:
             raise QualityFormatError(f"{path}: not a quality model: {exc}") from exc
         if tuple(meta["features"]) != FEATURES:
@@ -137,8 +165,50 @@ class QualityModel:
             models=models,
             ladder=ladder,
             info=meta.get("info", {}),
+            regions=regions,
+            reference_region=reference_region,
             **arrays,
         )
+
+
+def _region_arrays(regions: Regions | None, reference: Any) -> dict[str, Any]:
+    if regions is None or reference is None:
+        return {}
+    return {
+        "region_centroids": regions.centroids,
+        "region_slope": regions.slope,
+        "region_centre": regions.centre,
+        "region_delta": regions.delta,
+        "region_evidence": regions.evidence,
+        "region_min_evidence": np.asarray([regions.min_evidence], dtype=np.float32),
+        "reference_region": np.asarray(reference, dtype=np.int32),
+    }
+
+
+def _load_regions(
+    data: Any, models: int, dim: int, prompts: int
+) -> tuple[Regions | None, npt.NDArray[np.intp] | None]:
+    present = [k for k in _REGIONS if k in data.files]
+    if not present:
+        return None, None
+    if len(present) != len(_REGIONS):
+        raise ValueError(f"region arrays incomplete: {present}")
+    centroids, slope, centre, delta, evidence, floor = (
+        np.asarray(data[k], dtype=np.float32) for k in _REGIONS[:-1]
+    )
+    reference = np.asarray(data["reference_region"], dtype=np.intp)
+    k = len(slope)
+    per_model = (k, models)
+    if (
+        centroids.shape[0] != k
+        or centroids.shape[1] >= dim
+        or not centre.shape == delta.shape == evidence.shape == per_model
+        or reference.shape != (prompts,)
+        or floor.shape != (1,)
+        or (len(reference) and not 0 <= reference.min() <= reference.max() < k)
+    ):
+        raise ValueError("region arrays of inconsistent shapes")
+    return Regions(centroids, slope, centre, delta, evidence, float(floor[0])), reference
 
 
 def _spread(tiers: int, rungs: int) -> list[int]:
@@ -168,8 +238,7 @@ class TierView:
 
     def reference_logits(self) -> Array:
         """The reference traffic's logits for these tiers (a recalibration maps them too)."""
-        logits: Array = self.model.reference_logits[:, list(self.rows)]
-        return logits
+        return self.model.reference_of(self.rows)
 
     def reference_traffic(self) -> tuple[Array, Array]:
         """The reference traffic: per-tier P(acceptable) and each prompt's characters."""

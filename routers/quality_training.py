@@ -23,6 +23,7 @@ fixed start, no randomness.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,7 @@ import numpy.typing as npt
 from routers.datasets import Example, family
 from routers.features import FEATURES, message_text
 from routers.quality import QualityModel
+from routers.quality_regions import Observed, Regions, fit_regions
 from routers.training import family_folds, feature_matrix
 
 Array = npt.NDArray[np.float32]
@@ -61,6 +63,12 @@ class QualityOptions:
     # leave-one-benchmark-out).
     length_prior: float = 1.0
     max_iter: int = 150
+    # The regional signal check (routers/quality_regions.py): regions of the embedding
+    # space, each recalibrated on its out-of-family logits; 0: none (the shipped model:
+    # docs/classifier.md says why). The prior's precision (observation weight) pulls a
+    # region towards the global calibration.
+    regions: int = 0
+    region_prior: float = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +298,7 @@ def fit_quality(
     base = fit_item_response(z, obs, options, groups=groups)
     families = [family(e.benchmark) for e in examples]
     calibration = [(0.0, 1.0)] * len(obs.models)
+    oof = np.full(len(obs.y), np.nan)
     if options.calibration_folds and len({families[i] for i in used}) >= 2:
         oof = out_of_family_logits(z, obs, families, base, options, groups)
         # calibrated on measured correctness only: the anchors are judgements
@@ -302,10 +311,14 @@ def fit_quality(
     for m, (a, b) in enumerate(calibration):
         coef.append(b * (base.u[m] @ w))
         intercept.append(a + b * (base.v[m] + base.u[m] @ c))
+    regions, region_info = _regions(
+        vectors, z, used, obs, oof, (calibration, coef, intercept), families, options
+    )
     # Reference traffic: every REFERENCE_STEP-th measured prompt, as the model predicts it
     # (what λ is read from until a deployment has pooled traffic of its own).
     measured = [i for i in used if families[i] != JUDGED][::REFERENCE_STEP]
     reference = z[measured] @ np.asarray(coef).T + np.asarray(intercept)
+    reference_region = None if regions is None else regions.assign(vectors[measured])
     chars = [sum(len(message_text(m)) for m in examples[i].messages) for i in measured]
     return QualityModel(
         embedder=embedder,
@@ -329,6 +342,48 @@ def fit_quality(
             "observations": len(obs.y),
             "items": len(used),
             "platt": [list(ab) for ab in calibration],
+            "regions": region_info,
             **dict(info or {}),
         },
+        regions=regions,
+        reference_region=reference_region,
     )
+
+
+def _regions(
+    vectors: Array,
+    z: F64,
+    used: Ints,
+    obs: Observations,
+    oof: F64,
+    heads: tuple[Sequence[tuple[float, float]], Sequence[F64], Sequence[float]],
+    families: Sequence[str],
+    options: QualityOptions,
+) -> tuple[Regions | None, list[dict[str, Any]]]:
+    """The regional signal check on the calibrated out-of-family logits (none without
+    regions or without out-of-family logits)."""
+    if not options.regions or np.isnan(oof).all():
+        return None, []
+    calibration, coef, intercept = heads
+    a = np.asarray([ab[0] for ab in calibration])
+    b = np.asarray([ab[1] for ab in calibration])
+    logits = z @ np.asarray(coef).T + np.asarray(intercept)
+    observed = Observed(obs.item, obs.model, obs.y, obs.weight, a[obs.model] + b[obs.model] * oof)
+    k = min(options.regions, len(used))
+    vectors64 = np.asarray(vectors, dtype=np.float64)
+    regions, fits = fit_regions(vectors64, used, logits, observed, k, options.region_prior)
+    region = regions.assign(vectors[used])
+    report = []
+    for r, f in enumerate(fits):
+        mine = Counter(families[i] for i in used[region == r]).most_common(3)
+        report.append(
+            {
+                "items": f.items,
+                "slope": round(f.slope, 3),
+                "evidence": {
+                    obs.models[m]: round(float(w), 1) for m, w in enumerate(f.evidence) if w > 0
+                },
+                "families": {name: n for name, n in mine},
+            }
+        )
+    return regions, report

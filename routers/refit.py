@@ -6,9 +6,12 @@ Per tier, on the logit of the base model's prediction ``z``:
     z' = z + a·z + b + w·(U (v - c)) + f·standardised(features)
 
 ``U`` holds the ``directions`` principal directions of the labelled embeddings (where this
-traffic varies), so the correction can tell the deployment's kinds of request apart. Every
-coefficient is 0 for the base model and pulled toward 0 (L2, ``ridge``): with few labels a
-tier stays the base. A tier with no label keeps the base prediction.
+traffic varies), so the correction can tell the deployment's kinds of request apart. Each
+tier's coefficients are a part shared by every tier plus the tier's own, fitted in one
+L2-penalised logistic regression over all labels (``ridge`` on both; every coefficient 0
+is the base model): what this traffic shifts for every tier moves a tier with few labels
+too, and a tier with none gets the shared part alone (``shared=False``: each tier fitted
+on its own labels, a tier without labels keeping the base).
 
 The check splits the labels by time: the newest ``holdout`` share is never fitted on. The
 refit serves only when its hold-out log-loss beats what serves now by ``margin``; a
@@ -33,6 +36,7 @@ F64 = npt.NDArray[np.float64]
 CLIP = 4.0  # logits beyond ±4 (P 0.018 / 0.982) carry no more information for a label
 MIN_SPLIT = 10  # labels on each side of the time split, at least
 NEWTON_STEPS = 25
+MIN_FEATURE_SCALE = 0.01  # a text feature's spread below which it is not standardised
 
 
 def base_logits(base: TierQuality, vectors: Array, features: Array) -> F64:
@@ -142,18 +146,30 @@ class RefittedQuality:
         self.base = base
         self.correction = correction
         self.tiers = base.tiers
+        # z' = z·(1 + a) + U(v - c)·w + ((f - m) / s)·f' + b, per tier, as matrices
+        c, k = correction, correction.directions.shape[0]
+        on_directions, on_scaled = c.coef[:, 2 : 2 + k].T, c.coef[:, 2 + k :].T
+        on_vectors = c.directions.T.astype(np.float64) @ on_directions  # (dim, tiers)
+        on_features = on_scaled / c.feature_scale[:, None].astype(np.float64)
+        bias = c.coef[:, 1] - c.centre @ on_vectors - c.feature_mean @ on_features
+        # float32, as the request's vectors are: no conversion on the request path
+        self._slope = (1.0 + c.coef[:, 0]).astype(np.float32)
+        self._on_vectors = on_vectors.astype(np.float32)
+        self._on_features = on_features.astype(np.float32)
+        self._bias = bias.astype(np.float32)
 
     def logits(self, vectors: Array, features: Array) -> Array:
-        z = base_logits(self.base, vectors, features)
-        out = np.empty_like(z)
-        for t in range(len(self.tiers)):
-            x = self.correction.design(z[:, t], vectors, features)
-            out[:, t] = z[:, t] + x @ self.correction.coef[t]
-        return out.astype(np.float32)
+        # ``Correction.design`` for every tier at once, its linear part folded into two
+        # matrices (routing pays this on every request a refit serves).
+        z = np.clip(self.base.logits(vectors, features), -CLIP, CLIP)  # as ``base_logits``
+        linear = vectors @ self._on_vectors + features @ self._on_features
+        out: Array = np.asarray(z * self._slope + linear + self._bias, dtype=np.float32)
+        return out
 
     def predict(self, vectors: Array, features: Array) -> Array:
-        z = self.logits(vectors, features).astype(np.float64)
-        return sigmoid(z).astype(np.float32)
+        z = np.clip(self.logits(vectors, features), -30.0, 30.0)
+        out: Array = np.asarray(1.0 / (1.0 + np.exp(-z)), dtype=np.float32)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +178,7 @@ class RefitOptions:
     ridge: float = 100.0
     holdout: float = 0.25
     margin: float = 0.0
+    shared: bool = True  # False: each tier fitted on its own labels alone (the first design)
 
 
 def _objective(x: F64, y: F64, offset: F64, ridge: float, theta: F64) -> float:
@@ -207,22 +224,40 @@ def fit_correction(base: TierQuality, train: LabelSet, options: RefitOptions) ->
         else np.zeros((0, vectors.shape[1]))
     ).astype(np.float32)
     scale = features.std(axis=0)
+    # A feature that hardly varies among the labels is left unscaled: its spread there is
+    # the rounding of the recorded features (4 decimals), and dividing by it would turn the
+    # serving request's unrounded value into a large, meaningless offset.
+    scale = np.where(scale > MIN_FEATURE_SCALE, scale, 1.0)
     correction = Correction(
         base.tiers,
         centre.astype(np.float32),
         directions,
         features.mean(axis=0).astype(np.float32),
-        np.where(scale > 1e-6, scale, 1.0).astype(np.float32),
+        scale.astype(np.float32),
         np.zeros((len(base.tiers), 2 + k + features.shape[1])),
         tuple(int((train.tier == t).sum()) for t in range(len(base.tiers))),
     )
     z = base_logits(base, vectors, features)[np.arange(len(train)), train.tier]
-    coef = correction.coef.copy()
-    for t in range(len(base.tiers)):
+    x = correction.design(z, vectors, features)
+    tiers, width = len(base.tiers), x.shape[1]
+    if not options.shared:
+        coef = correction.coef.copy()
+        for t in range(tiers):
+            mine = train.tier == t
+            if mine.any():
+                coef[t] = _newton(x[mine], train.y[mine], z[mine], options.ridge)
+        return replace(correction, coef=coef)
+    # One fit over every label: a correction shared by the tiers plus one per tier, both
+    # pulled toward 0. What this traffic shifts for all tiers (harder than the base thinks,
+    # a kind of request it misjudges) moves a tier with few labels too, so the tiers'
+    # predictions stay comparable; a tier with none gets the shared part alone.
+    blocks = np.zeros((len(train), width * (1 + tiers)))
+    blocks[:, :width] = x
+    for t in range(tiers):
         mine = train.tier == t
-        if mine.any():
-            x = correction.design(z[mine], vectors[mine], features[mine])
-            coef[t] = _newton(x, train.y[mine], z[mine], options.ridge)
+        blocks[mine, width * (1 + t) : width * (2 + t)] = x[mine]
+    theta = _newton(blocks, train.y, z, options.ridge)
+    coef = theta[:width][None, :] + theta[width:].reshape(tiers, width)
     return replace(correction, coef=coef)
 
 

@@ -34,10 +34,7 @@ def build_routing(
     caller decides to go on. With ``tiers``, per-tier quality for them (``reference``:
     the quality model's head each tier stands for)."""
     model = ComplexityModel.load(Path(config.model) if config.model else None)
-    quality = None
-    if tiers:
-        quality_model = QualityModel.load(Path(config.quality) if config.quality else None)
-        quality = quality_model.for_tiers(tiers, reference)
+    quality = tier_view(config, tiers, reference) if tiers else None
     embedder = serving_embedder(config)
     if model.embedder != embedder.name:
         log.warning(
@@ -47,6 +44,15 @@ def build_routing(
             embedder.name,
         )
     return RoutingModels(embedder, ComplexityClassifier(model, quality), quality)
+
+
+def tier_view(
+    config: ClassifierConfig, tiers: Sequence[str], reference: Mapping[str, str] | None = None
+) -> TierView:
+    """The per-tier quality model (``classifier.quality``, else the shipped one) read for
+    ``tiers``: what ``auto`` routes by and a feedback refit layers over."""
+    quality_model = QualityModel.load(Path(config.quality) if config.quality else None)
+    return quality_model.for_tiers(tiers, reference)
 
 
 def serving_embedder(config: ClassifierConfig) -> SyncEmbedder:

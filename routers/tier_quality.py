@@ -1,37 +1,53 @@
 """The per-tier quality seam: for each configured tier, P(its answer is acceptable).
 
-``TierQuality`` has the shape the routing work defines in ``routers/quality.py`` (issue
-24, item 1: ``tiers``, ``predict``, and ``logits``, which a recalibration works on); until
-that module is on this branch it is declared here, and the refit of ``routers/refit.py``
-is written against it, so it layers over either model.
-``ComplexityQuality`` reads the shipped complexity model through the protocol, so the
-feedback loop runs on the shipped model today.
+``TierQuality`` is ``routers/quality.py``'s protocol (``tiers``, ``predict``, and
+``logits``, which a recalibration works on); the refit of ``routers/refit.py`` is written
+against it, so it layers over the shipped per-tier model (``TierView``) or over
+``ComplexityQuality``, the complexity model read through the protocol (what a refit
+layers over when no per-tier model is loaded).
+
+``ServedQuality`` is what routing reads once per request (``QualitySource.served``): the
+model that predicts, and which one it is (the base, or the refit the feedback store serves
+as version ``version``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from routers.classifier import HEAD_LARGE, HEAD_MORE, ComplexityModel
+from routers.quality import TierQuality
+
+__all__ = ["FLOOR", "Array", "ComplexityQuality", "QualitySource", "ServedQuality", "TierQuality"]
 
 Array = npt.NDArray[np.float32]
 # No prediction is more certain than this: a logit stays finite, a refit can move it.
 FLOOR = 0.02
 
 
-class TierQuality(Protocol):
-    tiers: tuple[str, ...]  # configured tiers, cheapest first
+@dataclass(frozen=True, slots=True)
+class ServedQuality:
+    """The per-tier model one request is routed by (read once, at routing)."""
 
-    def predict(self, vectors: Array, features: Array) -> Array:
-        """``(n, len(tiers))`` P(acceptable) for ``n`` embeddings and feature rows."""
-        ...
+    quality: TierQuality
+    version: int  # the feedback store's serving version (-1: not read yet)
+    refit: bool  # True: a refit layered over the base; False: the base model
 
-    def logits(self, vectors: Array, features: Array) -> Array:
-        """``(n, len(tiers))`` the logits of ``predict`` (what a recalibration works on)."""
+    def describe(self) -> dict[str, object]:
+        """For ``/v1/route``: which model predicted."""
+        return {"model": "refit" if self.refit else "base", "version": self.version}
+
+
+class QualitySource(Protocol):
+    """Who holds the model to route by (the feedback loop's serving refit)."""
+
+    def served(self) -> ServedQuality | None:
+        """The serving model now (None: none loaded, route by the classifier's own)."""
         ...
 
 

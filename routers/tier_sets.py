@@ -20,7 +20,7 @@ import numpy.typing as npt
 from routers.datasets import GOLDEN_STRONG, GOLDEN_WEAK, Example
 from routers.features import message_text
 from routers.frontier import Point, fixed_points, hull_accuracy, point
-from routers.objective import Objective, route_traffic, traffic_lambda
+from routers.objective import Objective, route_traffic, traffic_operating
 from routers.quality_training import LADDER
 
 F64 = npt.NDArray[np.float64]
@@ -123,7 +123,7 @@ def run_policy(
         cost = expected_cost(
             reference[1], [PRICES[m] for m in rows.models], [ANSWER_TOKENS] * len(rows.models)
         )
-        prior = traffic_lambda(np.asarray(reference[0], dtype=np.float64), cost, objective)
+        prior = traffic_operating(np.asarray(reference[0], dtype=np.float64), cost, objective)
     tiers, lam = route_traffic(quality, rows.expected, objective, min_samples, prior)
     spent = point(tiers, rows.correct, rows.cost)
     return PolicyResult(objective, lam, spent, hull_accuracy(rows.fixed, spent.cost))

@@ -39,6 +39,7 @@ class Progress:
     usage: Usage | None = None  # as the engine (or the cached answer) reported it
     finish_reason: str | None = None
     hit_cost_usd: float | None = None  # what a cached answer cost when it was generated
+    cache_entry: str | None = None  # the entry a hit came from (``Lookup.entry_id``)
     run_cap: int = 0  # the max_tokens the engine request ran with
 
 

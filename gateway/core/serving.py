@@ -238,6 +238,7 @@ class Run:
             found = await probe.found()
             self.progress.cache, self.progress.similarity = found.status, found.similarity
             if found.response is not None:
+                self.progress.cache_entry = found.entry_id  # a verdict on it evicts it
                 await self._replay(found.status, found.response)
                 return True
         # A budget downgrade answers on a cheaper tier than asked: not the request's answer.
@@ -348,7 +349,8 @@ class Run:
             await _aclose(self._stream)
         if self.feedback is not None and not self._fed:
             self._fed = True  # once per request: its record, and its shadow pair when sampled
-            self.feedback.finished(self.routed, self._end("cancelled", None), self._tap)
+            outcome, entry = self._end("cancelled", None), self.progress.cache_entry
+            self.feedback.finished(self.routed, outcome, self._tap, entry)
         await self.hold.close()
 
     def headers(self) -> dict[str, str]:

@@ -28,8 +28,11 @@ def replica_name() -> str:
 
 
 def base_quality(config: GatewayConfig, classifier: Classifier | None) -> TierQuality | None:
-    """The model a refit layers over: the complexity model read per tier."""
+    """The model a refit layers over: the per-tier quality model routing reads (its
+    ``TierView``), else the complexity model read per tier."""
     if isinstance(classifier, ComplexityClassifier):
+        if classifier.quality is not None:
+            return classifier.quality
         return ComplexityQuality(classifier.model, list(config.tiers))
     return None
 

@@ -1,7 +1,8 @@
 """``tiergate train-classifier --from-traffic``: the online refit, run by hand.
 
 Reads the labels the gateway replicas gathered in the shared store (``redis_url``),
-fits the correction over the configured classifier, checks it on the newest labels
+fits the correction over the configured per-tier quality model (the base the gateway's
+refit layers over), checks it on the newest labels
 (``routing.feedback.refit``), prints the hold-out numbers and writes the refit to
 ``--out``. With ``--publish`` the outcome is recorded like an online refit's, and an
 accepted refit becomes what every replica serves within ``refit.check_s``.
@@ -17,12 +18,12 @@ from pathlib import Path
 from gateway.feedback.refitter import refit_once
 from gateway.settings import load_effective_config
 from policies.loader import ConfigError
-from policies.schema import GatewayConfig
+from policies.schema import ClassifierConfig, GatewayConfig
 from policies.store import StoreUnavailable
 from policies.stores import open_feedback_store, open_store
-from routers.classifier import ComplexityModel, ModelFormatError
+from routers.quality import QualityFormatError
 from routers.refit import Correction
-from routers.tier_quality import ComplexityQuality
+from routers.setup import tier_view
 
 DEFAULT_OUT = Path("refit.npz")
 
@@ -44,7 +45,7 @@ def train_from_traffic(args: argparse.Namespace) -> int:
     except StoreUnavailable as exc:
         print(f"the store is unreachable: {exc}", file=sys.stderr)
         return 2
-    except ModelFormatError as exc:
+    except QualityFormatError as exc:
         print(exc, file=sys.stderr)
         return 2
 
@@ -52,11 +53,10 @@ def train_from_traffic(args: argparse.Namespace) -> int:
 async def _refit(config: GatewayConfig, out: Path, publish: bool) -> int:
     spec = config.routing.feedback
     assert spec is not None
-    classifier = config.routing.classifier
-    model = ComplexityModel.load(
-        Path(classifier.model) if classifier and classifier.model else None
-    )
-    base = ComplexityQuality(model, list(config.tiers))
+    objective = config.routing.objective
+    reference = objective.reference if objective is not None else None
+    # the base the gateway's refit layers over (gateway/feedback/build.py)
+    base = tier_view(config.routing.classifier or ClassifierConfig(), list(config.tiers), reference)
     store = open_store(config)
     try:
         feedback = open_feedback_store(store)

@@ -1,4 +1,4 @@
-"""The judge seam: given a request and two answers, was the cheaper one acceptable?
+"""The judge seam: given a request and two answers, was each acceptable?
 
 ``Judge.judge(case)`` returns a ``Verdict`` or None (no label). Implementations:
 
@@ -6,9 +6,9 @@
   (``routers/rubrics/judge.md``) at the operator's expense; its reply is parsed by
   ``routers.judge_prompt.parse_verdict``, and a reply without one clear verdict gives none.
 * ``KnownLabelsJudge``: for replaying labelled data through the gateway, it gives the
-  verdict the rubric asks for from the known per-tier correctness of each request it has a
-  row for (``judge.labels``): the cheaper answer is acceptable when it is at least as
-  correct as the reference (both right, both wrong, or only the cheaper one right).
+  verdicts the rubric asks for from the known per-tier correctness of each request it has
+  a row for (``judge.labels``): an answer is acceptable when its correctness is at least
+  0.5, each answer on its own (the rubric judges each on its own too).
 """
 
 from __future__ import annotations
@@ -90,9 +90,9 @@ def text_key(text: str) -> str:
 
 class KnownLabelsJudge:
     """Rows of ``{"prompt": str, "tiers": {tier: correctness 0..1}}``, one a line; a
-    request whose last user text is a row's prompt gets the rubric's verdict on the cheaper
-    tier: acceptable when its correctness is at least the reference's (without the
-    reference's, when it is at least 0.5); any other request, none."""
+    request whose last user text is a row's prompt gets the rubric's verdicts: each answer
+    acceptable when its tier's correctness is at least 0.5 (the reference's only when the
+    row has its tier); any other request, none."""
 
     def __init__(self, known: Mapping[str, Mapping[str, float]]) -> None:
         self.known = dict(known)
@@ -123,7 +123,7 @@ class KnownLabelsJudge:
             self.unknown += 1
             return None
         mine, theirs = row[case.cheaper.tier], row.get(case.reference.tier)
-        return Verdict(mine >= 0.5 if theirs is None else mine >= theirs, "known label")
+        return Verdict(mine >= 0.5, "known label", None if theirs is None else theirs >= 0.5)
 
 
 def build_judge(spec: JudgeSpec, desk: OperatorDesk) -> Judge:

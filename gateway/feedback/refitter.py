@@ -25,7 +25,7 @@ from routers.refit import (
     check_refit,
     label_set,
 )
-from routers.tier_quality import TierQuality
+from routers.tier_quality import ServedQuality, TierQuality
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,14 @@ class Refitter:
         self.replica = replica
         self.version = -1
         self.serving: Correction | None = None
-        self.quality: TierQuality | None = base  # what routing should read: the live model
+        # What routing reads, one attribute swapped whole: a request sees one model.
+        self.current: ServedQuality | None = (
+            None if base is None else ServedQuality(base, self.version, refit=False)
+        )
+
+    @property
+    def quality(self) -> TierQuality | None:
+        return None if self.current is None else self.current.quality
 
     async def poll(self) -> None:
         """Load the serving model when its version changed."""
@@ -91,17 +98,20 @@ class Refitter:
         if version == self.version:
             return
         version, model = await self.store.serving()
-        serving = None
-        if model is not None and self.base is not None:
+        if self.base is None:
+            self.version = version
+            return
+        serving: Correction | None = None
+        quality: TierQuality = self.base
+        if model is not None:
             try:
                 serving = Correction.from_bytes(model)
-                quality: TierQuality | None = RefittedQuality(self.base, serving)
+                quality = RefittedQuality(self.base, serving)
             except (ValueError, KeyError, OSError) as exc:
                 log.error("feedback: the serving refit (version %d) cannot load: %s", version, exc)
                 serving, quality = None, self.base
-        else:
-            quality = self.base
-        self.version, self.serving, self.quality = version, serving, quality
+        self.version, self.serving = version, serving
+        self.current = ServedQuality(quality, version, refit=serving is not None)
 
     async def maybe_refit(self, spec: RefitSpec) -> RefitRun | None:
         """Refit when enough new labels came in and this replica holds the lease."""

@@ -8,6 +8,7 @@ Under load the excess is dropped, never queued: a dropped shadow costs nothing.
 from __future__ import annotations
 
 import random
+import zlib
 from collections.abc import Callable
 
 from policies.feedback_spec import FeedbackConfig
@@ -64,8 +65,10 @@ class ShadowSampler:
         self.in_flight -= 1
 
 
-def shadow_tier(tiers: list[str], served: str) -> str:
-    """The tier a served answer is compared with: the next one up; the largest tier's,
-    the one below (so every pair has a cheaper answer to judge)."""
-    at = tiers.index(served)
-    return tiers[at + 1] if at + 1 < len(tiers) else tiers[at - 1]
+def shadow_tier(tiers: list[str], served: str, request_id: str) -> str:
+    """The tier a served answer is compared with: one of the other tiers, evenly, picked
+    by the request id (reproducible). Not only the neighbour: the judge labels both
+    answers, and a tier the policy seldom serves (the smallest, under a quality objective)
+    is then labelled as often as any, so a refit sees every tier's quality on this traffic."""
+    others = [t for t in tiers if t != served]
+    return others[zlib.crc32(request_id.encode()) % len(others)]

@@ -27,7 +27,7 @@ from policies.feedback_store import FeedbackStore, Label, RequestRecord
 from policies.schema import GatewayConfig
 from policies.store import StoreUnavailable
 from policies.tenants import Principal
-from routers.tier_quality import TierQuality
+from routers.tier_quality import ServedQuality, TierQuality
 
 log = logging.getLogger(__name__)
 
@@ -56,18 +56,23 @@ class Feedback:
         """The per-tier quality to route by: the serving refit over the base model."""
         return self.refitter.quality
 
+    def served(self) -> ServedQuality | None:
+        """``QualitySource``: what routing reads, once per request (gateway/routing/route.py)."""
+        return self.refitter.current
+
     def tap(self, view: RoutedView) -> Tap | None:
         spec = view.config.routing.feedback
         return self.sampler.tap(spec, view.requested_model, view.complexity is not None)
 
-    def finished(self, view: RoutedView, outcome: Outcome, tap: Tap | None) -> None:
-        """The request has ended (the client has its answer or has left)."""
+    def finished(
+        self, view: RoutedView, outcome: Outcome, tap: Tap | None, entry_id: str | None = None
+    ) -> None:
+        """The request has ended (the client has its answer or has left); ``entry_id``: the
+        cache entry a hit came from, which a bad verdict evicts."""
         spec = view.config.routing.feedback
         if spec is None or outcome.status != "ok":
             return
-        # LEAD (merge with branch `cache`): pass the hit's opaque entry id here, e.g.
-        # build_record(view, outcome, entry_id=<the Lookup's entry_id>).
-        self.records.add(build_record(view, outcome))
+        self.records.add(build_record(view, outcome, entry_id))
         if tap is None or not judgeable(outcome, tap.text) or not self.sampler.admit(spec):
             return
         task = asyncio.ensure_future(self._shadow(view, outcome, tap.text))

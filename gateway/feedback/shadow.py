@@ -1,5 +1,7 @@
-"""One shadow pair: the served answer, a second answer from the neighbouring tier, and
-the judge's verdict on the cheaper of the two, stored as a label.
+"""One shadow pair: the served answer, a second answer from another tier, and
+the judge's verdicts, stored as labels: one of the cheaper tier, and one of the more
+capable tier when the judge gave a verdict on its answer too (so the largest tier, every
+pair's reference when it is in one, is labelled as well).
 
 It runs as a background task after the client has its answer, inside the sampler's
 concurrency bound, and never raises: every way it can fail ends in "no label".
@@ -55,7 +57,7 @@ async def judge_pair(
     if spec is None or outcome.tier not in config.tiers:
         return None
     tiers = list(config.tiers)
-    other = shadow_tier(tiers, outcome.tier)
+    other = shadow_tier(tiers, outcome.tier, view.request_id)
     generation = view.generation
     cap = min(generation.sampling.max_tokens or spec.max_tokens, spec.max_tokens)
     shadow_request = replace(
@@ -82,6 +84,7 @@ async def judge_pair(
         return None
     vector, features = routing_inputs(view)
     try:
+        now = await store.now()
         label = Label(
             request_id=view.request_id,
             tier=cheaper.tier,
@@ -89,13 +92,23 @@ async def judge_pair(
             source="judge",
             vector=vector,
             features=features,
-            ts=await store.now(),
+            ts=now,
             tenant=view.principal.tenant,
             reference_tier=reference.tier,
             cost_usd=cheaper.cost_usd,
             reference_cost_usd=reference.cost_usd,
         )
         await store.add_label(label, spec.max_labels, spec.label_ttl_days * 86_400)
+        if verdict.reference_acceptable is not None:  # its own label: not a pair
+            other_label = replace(
+                label,
+                tier=reference.tier,
+                acceptable=verdict.reference_acceptable,
+                reference_tier=None,
+                cost_usd=reference.cost_usd,
+                reference_cost_usd=0.0,
+            )
+            await store.add_label(other_label, spec.max_labels, spec.label_ttl_days * 86_400)
     except StoreUnavailable as exc:
         log.warning("a judge's label of %s was lost: %s", view.request_id, exc)
         counters.failed += 1

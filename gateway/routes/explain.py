@@ -2,8 +2,9 @@
 
 The body is a chat request (``messages``) or a text completion request (``prompt``);
 ``model`` defaults to ``auto``. The answer shows the complexity score, the text
-features, the per-tier predicted quality, the objective's λ and reason, the chosen tier
-and every rule that moved it.
+features, the per-tier predicted quality (and which model gave it: the base, or the
+feedback loop's serving refit and its version), the objective's λ and reason, the chosen
+tier and every rule that moved it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from gateway.edge.deps import TenantDep
 from gateway.edge.http import GatewayRoute, read_body
 from gateway.edge.openapi import errors, request_body
 from gateway.errors import InvalidRequest
-from gateway.routing.route import Ask
+from gateway.routing.route import Ask, RoutedRequest
 from gateway.wire import chat as chat_wire
 from gateway.wire import completions as completions_wire
 from gateway.wire.common import parse_body
@@ -75,6 +76,7 @@ async def explain_route(request: Request, call: TenantDep) -> Response:
         "thresholds": list(routed.decision.thresholds or config.routing.thresholds),
         "features": None if complexity is None else dict(complexity.features),
         "quality": _per_tier(config, None if complexity is None else complexity.quality),
+        "quality_model": _quality_model(routed),
         "objective": _objective(routed.decision.choice, config),
         "trail": list(routed.decision.trail),
     }
@@ -91,6 +93,16 @@ def _per_tier(config: GatewayConfig, values: tuple[float, ...] | None) -> dict[s
     return {t: round(v, 4) for t, v in zip(config.tiers, values, strict=True)}
 
 
+def _quality_model(routed: RoutedRequest) -> dict[str, object] | None:
+    """Which model gave the per-tier predictions: the feedback loop's serving refit (with
+    its version), or the base model."""
+    if routed.complexity is None or routed.complexity.quality is None:
+        return None
+    if routed.quality_model is None:
+        return {"model": "base", "version": None}
+    return routed.quality_model.describe()
+
+
 def _objective(choice: TierChoice | None, config: GatewayConfig) -> dict[str, object] | None:
     """``routing.objective``'s decision: expected cost per tier, λ, the tier and why."""
     objective = config.routing.objective
@@ -101,5 +113,6 @@ def _objective(choice: TierChoice | None, config: GatewayConfig) -> dict[str, ob
         "lambda": choice.lam,
         "expected_cost_usd": dict(zip(choice.tiers, choice.cost, strict=True)),
         "tier": choice.tier,
+        "among": list(choice.allowed),
         "reason": choice.reason,
     }

@@ -5,7 +5,9 @@ The request's record (``gateway/feedback/records.py``) says who made it: another
 tenant's request id, or one whose record expired, is a 404 that tells nothing about it.
 A verdict is given once; the same one again is a no-op, another one a 409. A live
 answer's verdict becomes a label of the tier that answered; a cached answer's verdict
-is the cache's (a bad one evicts the entry: ``forget_cached_answer``).
+is the cache's: a bad one evicts the entry the hit came from, for every replica, and the
+pair (the cached prompt, this request's text) becomes a ``match: false`` label of the
+cache (``forget_cached_answer``). ``cache_evicted`` says whether this call evicted it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.cache.service import PromptCache
+from gateway.cache.storage import CacheUnavailable
 from gateway.edge.deps import TenantDep
 from gateway.edge.http import GatewayRoute, read_body
 from gateway.edge.openapi import errors, request_body
@@ -44,12 +47,17 @@ class VerdictConflict(ApiError):
 
 
 async def forget_cached_answer(cache: PromptCache | None, record: RequestRecord) -> bool:
-    """The one call site of the cache verdict: a client called a cached answer bad.
-
-    LEAD (merge with branch `cache`): ``return await cache.forget(record.tenant,
-    record.entry_id, query_text=record.query_text or "")`` when ``cache`` and
-    ``record.entry_id`` are set. Until then nothing is evicted (the response says so)."""
-    return False
+    """A client called a cached answer bad: evict the entry it came from (every replica)
+    and keep the pair as a label of the cache. False: no cache, no entry on the record, or
+    the entry was already gone (another verdict, its TTL, an overwrite)."""
+    if cache is None or record.entry_id is None:
+        return False
+    try:
+        return await cache.forget(
+            record.tenant, record.entry_id, query_text=record.query_text or ""
+        )
+    except CacheUnavailable as exc:
+        raise ServiceUnavailable("the cache store is unreachable; try again shortly") from exc
 
 
 @router.post("/v1/feedback", openapi_extra=request_body(FeedbackRequest))
@@ -78,7 +86,8 @@ async def post_feedback(request: Request, call: TenantDep) -> Response:
             f"request {body.request_id!r} already has the verdict {previous!r}", param="verdict"
         )
     evicted = False
-    if previous is None and body.verdict == "bad" and record.cache in HITS:
+    if body.verdict == "bad" and record.cache in HITS:
+        # Again on a repeat: a store outage that refused the first eviction is retried.
         evicted = await forget_cached_answer(core.parts.cache, record)
     answer = {
         "object": "tiergate.feedback",

@@ -18,10 +18,19 @@ import numpy as np
 import numpy.typing as npt
 
 from gateway.routing.pooled_counts import PooledCounts
-from policies.lambda_sketch import COST_UNIT, QUALITY_UNIT, cost_count, lambda_for, quality_count
+from policies.lambda_sketch import COST_UNIT, QUALITY_UNIT, cost_count, quality_count
 from policies.schema import GatewayConfig, ObjectiveConfig, RoutingConfig
 from policies.share_store import ShareStore
-from routers.objective import Objective, TierChoice, decide_tier, sketch_request, traffic_lambda
+from routers.objective import (
+    Objective,
+    Operating,
+    TierChoice,
+    decide_tier,
+    operating,
+    sketch_request,
+    traffic_operating,
+)
+from routers.objective_segment import tiers_in
 
 Array = npt.NDArray[np.float64]
 
@@ -56,16 +65,20 @@ def cost_matrix(config: GatewayConfig, objective: ObjectiveConfig, chars: Array)
     return cost
 
 
-def reference_lambda(config: GatewayConfig, reference: tuple[Array, Array] | None) -> float | None:
-    """λ for the configured objective on the quality model's reference traffic (its
-    training prompts at this config's prices): what applies until traffic is pooled."""
+def reference_operating(
+    config: GatewayConfig, reference: tuple[Array, Array] | None
+) -> Operating | None:
+    """λ and segment for the configured objective on the quality model's reference traffic
+    (its training prompts at this config's prices): what applies until traffic is pooled."""
     objective = config.routing.objective
     if objective is None or reference is None:
         return None
     quality, chars = reference
     cost = cost_matrix(config, objective, chars)
-    return traffic_lambda(
-        np.asarray(quality, dtype=np.float64), cost, Objective(objective.kind, objective.share)
+    return traffic_operating(
+        np.asarray(quality, dtype=np.float64),
+        cost,
+        Objective(objective.kind, objective.share, objective.segment),
     )
 
 
@@ -74,14 +87,15 @@ class ObjectiveLambda:
         self.counts = PooledCounts(store, POLICY, self._learn)
         self.reference = reference  # the quality model's reference traffic (P, characters)
         self._routing: RoutingConfig | None = None
-        self._prior: tuple[int, float | None] | None = None  # (id of config, its λ)
+        self._prior: tuple[int, Operating | None] | None = None  # (id of config, its λ)
         self.lam: float | None = None  # None: too little pooled
+        self.allowed: tuple[int, ...] | None = None  # the objective's hull segment
         self.samples = 0  # requests in the pooled window at the last sync
 
-    def prior(self, config: GatewayConfig) -> float | None:
-        """The reference traffic's λ for this config snapshot (computed once per snapshot)."""
+    def prior(self, config: GatewayConfig) -> Operating | None:
+        """The reference traffic's λ and segment for this config snapshot (once each)."""
         if self._prior is None or self._prior[0] != id(config):
-            self._prior = (id(config), reference_lambda(config, self.reference))
+            self._prior = (id(config), reference_operating(config, self.reference))
         return self._prior[1]
 
     def choose(
@@ -101,10 +115,11 @@ class ObjectiveLambda:
         self._routing = config.routing
         self.counts.maybe_sync(config.routing.target, background)
         target = config.routing.target
-        lam = self.lam
+        lam, allowed = self.lam, self.allowed
         why = f"λ from {self.samples} pooled requests"
         if lam is None:
-            lam = self.prior(config)
+            prior = self.prior(config)
+            lam, allowed = (None, None) if prior is None else (prior.lam, prior.allowed)
             why = (
                 f"λ of the reference traffic: {self.samples} of {target.min_samples} "
                 "requests pooled"
@@ -114,8 +129,9 @@ class ObjectiveLambda:
             quality,
             cost,
             lam,
-            Objective(objective.kind, objective.share),
+            Objective(objective.kind, objective.share, objective.segment),
             why,
+            allowed,
         )
         if observe:  # what the objective chose, for "quality given up" on the dashboard
             picked = choice.tiers.index(choice.tier)
@@ -134,8 +150,12 @@ class ObjectiveLambda:
             self.lam = None
             return
         objective = routing.objective
-        enough = self.samples >= routing.target.min_samples
-        self.lam = lambda_for(pooled, objective.kind, objective.share) if enough else None
+        if self.samples < routing.target.min_samples:
+            self.lam, self.allowed = None, None
+            return
+        kind = Objective(objective.kind, objective.share, objective.segment)
+        where = operating(pooled, tiers_in(pooled), kind)
+        self.lam, self.allowed = where.lam, where.allowed or None
 
     def report(self, routing: RoutingConfig) -> dict[str, Any]:
         """λ, and over the pooled window the expected quality (mean P(acceptable)) and

@@ -6,6 +6,9 @@ The config is the snapshot the request took at admission; it travels in the
 up before classification (its key does not depend on the tier): a hit skips it.
 The call to the router is ``_tier``: the score and per-tier predictions
 (``_complexity``), the objective's choice or the learned thresholds, then ``_decide``.
+The per-tier model is read once per request, as the config is: with ``routing.feedback``
+the refit that serves (``Router.quality``, the feedback loop), else the classifier's own;
+a refit swapped in mid-request does not reach it.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from routers.decision import (
 from routers.embedding import Embedder, EmbeddingOnce, last_user_text
 from routers.features import message_text, prompt_messages
 from routers.objective import TierChoice
+from routers.tier_quality import QualitySource, ServedQuality
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +57,7 @@ class Router:
     replicas: Mapping[str, Sequence[Replica]]  # what each tier's engines honour
     background: set[asyncio.Task[None]]  # the share sketch's sync tasks
     objective: ObjectiveLambda | None = None  # ``routing.objective``: λ from traffic
+    quality: QualitySource | None = None  # ``routing.feedback``: the serving refit
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +92,7 @@ class RoutedRequest:
     embedding: EmbeddingOnce | None = None  # one per request: cache and classifier share it
     complexity: ComplexityScore | None = None
     classify_s: float | None = None  # how long the classification took, when it ran
+    quality_model: ServedQuality | None = None  # None: the classifier's own per-tier model
     metadata: Mapping[str, str] | None = None  # the client's annotation (no engine sees it)
 
     @property
@@ -99,14 +105,26 @@ def new_request_id(prefix: str) -> str:
     return f"{prefix}-{os.urandom(16).hex()}"
 
 
+def served_quality(config: GatewayConfig, router: Router) -> ServedQuality | None:
+    """The per-tier model this request routes by: the feedback loop's serving one when the
+    loop is on (None: the classifier's own). Read once per request."""
+    if config.routing.feedback is None or router.quality is None:
+        return None
+    return router.quality.served()
+
+
 async def _complexity(
-    classifier: Classifier | None, embedding: EmbeddingOnce | None, build: GenerationRequest
+    classifier: Classifier | None,
+    embedding: EmbeddingOnce | None,
+    build: GenerationRequest,
+    served: ServedQuality | None,
 ) -> tuple[ComplexityScore | None, str | None]:
     if classifier is None or embedding is None:
         return None, "no classifier loaded"
     messages = build.messages or prompt_messages(build.prompt or "")
+    quality = None if served is None else served.quality
     try:
-        return await classifier.classify(messages, embedding), None
+        return await classifier.classify(messages, embedding, quality), None
     except (EmbeddingFailed, BatcherClosed) as exc:
         log.warning("classification failed, using the default tier: %s", exc)
         return None, f"classification failed: {exc}"
@@ -136,12 +154,14 @@ async def route(
     if probe is not None and probe.looks_up and not explain:
         exact = await probe.exact()
     complexity, note, classify_s = None, None, None
+    served = None
     if exact is not None and exact.response is not None:
         note = "exact cache hit: classification skipped"
     elif ask.requested_model == "auto" and ask.forced_tier is None:
+        served = served_quality(config, router)  # once: a refit swap cannot split it
         started = time.perf_counter()
         with timed("classification"):  # includes the embedding, which it computes first
-            complexity, note = await _complexity(router.classifier, embedding, build)
+            complexity, note = await _complexity(router.classifier, embedding, build, served)
         if complexity is not None:
             classify_s = time.perf_counter() - started
     decision = _tier(config, router, ask, complexity, observe=not explain)
@@ -162,6 +182,7 @@ async def route(
         embedding=embedding,
         complexity=complexity,
         classify_s=classify_s,
+        quality_model=served,
         metadata=ask.metadata or None,
     )
 

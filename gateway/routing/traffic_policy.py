@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from gateway.routing.objective import expected_costs, reference_lambda
+from gateway.routing.objective import expected_costs, reference_operating
 from policies.schema import GatewayConfig
 from routers.classifier import ComplexityScore
 from routers.decision import tier_for_score
 from routers.features import message_text
-from routers.objective import Objective, route_traffic
+from routers.objective import Objective, route_operating
 
 
 def traffic_tiers(
@@ -27,7 +27,8 @@ def traffic_tiers(
     scores: Sequence[ComplexityScore],
     reference: tuple[Any, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Per request ``{"tier": ...}`` and, under an objective, its λ (None: each alone);
+    """Per request ``{"tier": ...}`` and, under an objective, its λ (None: each alone) and
+    the tiers it chose among (the objective's hull segment);
     ``reference``: the quality model's reference traffic, for fewer than min_samples."""
     tiers = list(config.tiers)
     routing = config.routing
@@ -38,14 +39,16 @@ def traffic_tiers(
         quality = np.asarray([s.quality for s in scores], dtype=np.float64)
         chars = [sum(len(message_text(m)) for m in c) for c in conversations]
         cost = np.asarray([expected_costs(config, objective, n) for n in chars])
-        picked, lam = route_traffic(
+        picked, where = route_operating(
             quality,
             cost,
-            Objective(objective.kind, objective.share),
+            Objective(objective.kind, objective.share, objective.segment),
             routing.target.min_samples,
-            reference_lambda(config, reference),
+            reference_operating(config, reference),
         )
-        return [{"tier": tiers[t], "lambda": lam} for t in picked]
+        lam = None if where is None else where.lam
+        among = list(tiers) if where is None else [tiers[t] for t in where.allowed]
+        return [{"tier": tiers[t], "lambda": lam, "among": among} for t in picked]
     bounds = routing.thresholds
     shares = routing.target_share
     if shares is not None and len(scores) >= routing.target.min_samples and len(tiers) <= 3:

@@ -31,14 +31,16 @@ def tiergate(*args: str, stdin: str | None = None) -> subprocess.CompletedProces
     )
 
 
-def tier_at(lam: float, prompt_chars: int, quality: dict[str, float]) -> str:
-    """The shipped objective's tier for a request at ``lam``: best quality - λ · cost share."""
+def tier_at(lam: float, prompt_chars: int, quality: dict[str, float], among: list[str]) -> str:
+    """The shipped objective's tier for a request at ``lam``: best quality - λ · cost share
+    among the tiers of the objective's hull segment."""
     config = load_effective_config(REPO / "config" / "gateway.yaml")
     objective = config.routing.objective
     assert objective is not None
     cost = np.asarray([expected_costs(config, objective, prompt_chars)])
     tiers = list(config.tiers)
-    return tiers[int(choose(np.asarray([[quality[t] for t in tiers]]), cost, lam)[0])]
+    allowed = [tiers.index(t) for t in among]
+    return tiers[int(choose(np.asarray([[quality[t] for t in tiers]]), cost, lam, allowed)[0])]
 
 
 @pytest.mark.slow
@@ -63,12 +65,13 @@ def test_classify_contract_prompt_and_messages_in_order(tmp_path: Path) -> None:
     chars = [len(rows[0]["prompt"]), len("be brief") + len(rows[1]["messages"][1]["content"])]
     chars.append(len(rows[2]["prompt"]))
     for line, n in zip(out, chars, strict=True):
-        assert set(line) == {"id", "score", "tier", "quality", "lambda"}
+        assert set(line) == {"id", "score", "tier", "quality", "lambda", "among"}
         assert 0.0 <= line["score"] <= 1.0
         assert set(line["quality"]) == TIERS and all(0 < q < 1 for q in line["quality"].values())
         # three requests, fewer than min_samples: the reference traffic's λ, as in the gateway
         assert line["lambda"] > 0 and line["lambda"] == out[0]["lambda"]
-        assert line["tier"] == tier_at(line["lambda"], n, line["quality"])
+        assert line["among"] == out[0]["among"] and set(line["among"]) <= TIERS
+        assert line["tier"] == tier_at(line["lambda"], n, line["quality"], line["among"])
     # stdin → stdout gives the same scores
     piped = tiergate("classify", stdin=source.read_text())
     assert [json.loads(x) for x in piped.stdout.splitlines()] == out
@@ -148,21 +151,34 @@ def classify_probes() -> tuple[list[dict[str, object]], list[dict[str, object]]]
 
 
 @pytest.mark.slow
-def test_trivial_requests_go_to_the_smallest_tier_under_the_shipped_objective() -> None:
+def test_probes_under_the_shipped_objective_never_put_expert_below_trivial() -> None:
     """The twenty prompts as the traffic (config/gateway.yaml's objective)."""
     expert, trivial = classify_probes()
-    assert [o["tier"] for o in trivial] == ["small"] * len(TRIVIAL)
     # every expert prompt still scores above every trivial one (the complexity score)
     assert min(o["score"] for o in expert) > max(o["score"] for o in trivial)
-    assert [o["tier"] for o in expert if o["tier"] == "medium"] == []
+    # the reference traffic's hull segment under {quality: 0.95} is medium-large
+    assert {o["tier"] for o in trivial} <= {"medium"}
+    assert [o["tier"] for o in expert].count("large") >= 8
+    assert all(o["tier"] != "small" for o in expert)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="the small tier is off {quality: 0.95}'s segment of the reference traffic's "
+    "predicted hull (medium-large), so trivial requests go to medium (docs/classifier.md)",
+)
+def test_trivial_requests_go_to_the_smallest_tier_under_the_shipped_objective() -> None:
+    _, trivial = classify_probes()
+    assert [o["tier"] for o in trivial] == ["small"] * len(TRIVIAL)
 
 
 @pytest.mark.slow
 @pytest.mark.xfail(
     strict=True,
     reason="8 of the 10 reach large; the uniform-continuity proof and the Lean 4 list proof "
-    "are predicted as easy as textbook questions (P(small) 0.73 / 0.72) and go to small "
-    "(docs/classifier.md, 'What it does not do')",
+    "are predicted as easy as textbook questions (P(small) 0.76 / 0.77, P(large) 0.89) and "
+    "go to medium (docs/classifier.md, 'What it does not do')",
 )
 def test_expert_requests_reach_the_largest_tier_under_the_shipped_objective() -> None:
     expert, _ = classify_probes()

@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from gateway.feedback.operator_calls import FEEDBACK_TENANT
+from gateway.feedback.sampler import shadow_tier
 from policies.budget import Scope, tenant_scope
 from policies.feedback_spec import OPERATOR_SCOPE
 from policies.feedback_store import Label
@@ -101,17 +102,25 @@ def test_a_shadow_pair_becomes_a_label_paid_by_the_operator(gateway: RunningGate
     raw = ask(gateway, prompt)
     answer, tier = raw.parse(), raw.headers["x-tiergate-tier"]
     cost = float(raw.headers["x-tiergate-cost-usd"])
-    mine = wait_for(lambda: [x for x in labels(gateway) if x.request_id == answer.id])
-    (label,) = mine
+
+    def of_answer() -> list[Label]:
+        found = [x for x in labels(gateway) if x.request_id == answer.id]
+        return found if len(found) == 2 else []
+
+    mine = wait_for(of_answer)
+    label, of_reference = mine  # both answers of the pair are judged, each on its own
     tiers = list(state.config.tiers)
-    other = tiers[tiers.index(tier) + 1] if tier != tiers[-1] else tiers[-2]
+    other = shadow_tier(tiers, tier, answer.id)
     cheaper, reference = sorted((tier, other), key=tiers.index)
     assert (label.tier, label.reference_tier) == (cheaper, reference)
-    known = PROMPTS[prompt]  # the rubric's verdict: the cheaper at least as right as the other
-    assert label.acceptable is (known[cheaper] >= known[reference])
-    assert label.source == "judge" and label.tenant == "acme"
-    assert label.vector is not None and len(label.vector) == 384 * 2  # float16 MiniLM
-    assert label.features is not None and len(label.features) == 20
+    assert (of_reference.tier, of_reference.reference_tier) == (reference, None)
+    known = PROMPTS[prompt]  # the rubric's verdicts: each answer acceptable when it is right
+    assert label.acceptable is (known[cheaper] >= 0.5)
+    assert of_reference.acceptable is (known[reference] >= 0.5)
+    for x in mine:
+        assert x.source == "judge" and x.tenant == "acme"
+        assert x.vector is not None and len(x.vector) == 384 * 2  # float16 MiniLM
+        assert x.features is not None and len(x.features) == 20
     wait_for(lambda: state.journal.pending == 0 and not state.background)
     tenant_after = gateway.call(state.budgets.status(tenant))[0].spent_usd
     operator = gateway.call(state.budgets.status(_operator_scope(gateway)))[0]
@@ -180,15 +189,17 @@ def test_a_cached_answers_verdict_is_the_caches_not_a_routing_label(
     assert got.status_code == 200, got.text
     body = got.json()
     assert body["cache"] == "exact" and body["labelled_tier"] is None
-    assert body["cache_evicted"] is False  # the cache's forget() is wired at the merge
+    assert body["cache_evicted"] is True  # tests/gateway/test_feedback_cache.py: on Redis
     record = gateway.call(gateway.state.feedback.record(hit.parse().id))  # type: ignore[union-attr]
     assert record.query_text == prompt and record.cache == "exact"
+    assert record.entry_id is not None
+    assert ask(gateway, prompt, temperature=0).headers["x-tiergate-cache"] == "miss"
 
 
 def test_shadows_are_dropped_under_load_and_never_delay_an_answer(tmp_path: Path) -> None:
     config = feedback_config(tmp_path, max_concurrent=1)
-    config["engines"]["fake-large"]["options"] = {"tokens": 8, "token_delay_s": 0.1}
-    config["engines"]["fake-medium"]["options"] = {"tokens": 8, "token_delay_s": 0.1}
+    for engine in ("fake-small", "fake-medium", "fake-large"):  # the shadow may be any tier
+        config["engines"][engine]["options"] = {"tokens": 8, "token_delay_s": 0.1}
     with running_gateway(config) as gateway:
         feedback = gateway.state.feedback
         assert feedback is not None

@@ -51,11 +51,28 @@ def test_parse_verdict(reply: str, expected: bool | None) -> None:
     assert (None if verdict is None else verdict.acceptable) is expected
 
 
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        ("VERDICT A: ACCEPTABLE\nVERDICT B: NOT ACCEPTABLE", (True, False)),
+        ("**Verdict A: not acceptable**\n`VERDICT B: ACCEPTABLE`\nREASON: A is off", (False, True)),
+        ("VERDICT: NOT ACCEPTABLE", (False, None)),  # A's only: only A is labelled
+        ("VERDICT B: ACCEPTABLE", None),  # nothing on A
+        ("VERDICT A: ACCEPTABLE\nVERDICT B: ACCEPTABLE\nVERDICT B: NOT ACCEPTABLE", None),
+        ("VERDICT A: ACCEPTABLE\nVERDICT B: BETTER", (True, None)),  # B's hedge: no B line
+    ],
+)
+def test_parse_both_verdicts(reply: str, expected: tuple[bool, bool | None] | None) -> None:
+    verdict = parse_verdict(reply)
+    got = None if verdict is None else (verdict.acceptable, verdict.reference_acceptable)
+    assert got == expected
+
+
 def test_the_reason_is_kept_and_the_prompt_carries_the_rubric() -> None:
     verdict = parse_verdict("VERDICT: NOT ACCEPTABLE\nREASON: wrong total")
     assert verdict is not None and verdict.reason == "wrong total"
     rubric = load_rubric(None)
-    assert rubric == SHIPPED_RUBRIC.read_text() and "VERDICT: NOT ACCEPTABLE" in rubric
+    assert rubric == SHIPPED_RUBRIC.read_text() and "VERDICT B: NOT ACCEPTABLE" in rubric
     long = "x" * (PART_CHARS + 500)
     system, user = judge_messages(rubric, [{"role": "user", "content": QUESTION}], long, "408")
     assert system == {"role": "system", "content": rubric}

@@ -85,19 +85,36 @@ def test_route_shows_predictions_lambda_and_reason(gateway: RunningGateway) -> N
     lam = after["objective"]["lambda"]
     assert lam is not None and lam >= 0 and "pooled requests" in after["objective"]["reason"]
     # the tier maximises expected quality - λ · expected cost (as a share of the largest's)
-    q = np.array([after["quality"][t] for t in TIERS])
-    c = np.array([after["objective"]["expected_cost_usd"][t] for t in TIERS])
-    assert after["tier"] == TIERS[int(np.argmax(q - lam * c / c[-1]))]
+    # among the tiers of the objective's segment of the traffic's predicted hull
+    among = after["objective"]["among"]
+    assert among and set(among) <= set(TIERS) and len(among) <= 2
+    q = np.array([after["quality"][t] for t in among])
+    c = np.array([after["objective"]["expected_cost_usd"][t] for t in among])
+    largest = after["objective"]["expected_cost_usd"]["large"]
+    assert after["tier"] == among[int(np.argmax(q - lam * c / largest))]
     report = gateway.state.objective.report(gateway.state.config.routing)
     expected = report["expected"]
     assert report["samples"] >= MIN_SAMPLES
     assert expected["quality_given_up"] >= 0.0 and 0 < expected["cost_share"] <= 1.0
 
 
-def test_easy_goes_small_and_hard_goes_large_before_any_traffic() -> None:
+def test_hard_goes_large_and_easy_no_higher_than_medium_before_any_traffic() -> None:
+    with running_gateway(objective_config()) as fresh:
+        assert explain(fresh, HARD)["tier"] == "large"
+        # {quality: 0.95} sits between medium and large on the reference traffic's hull
+        easy = explain(fresh, EASY)
+        assert easy["objective"]["among"] == ["medium", "large"]
+        assert easy["tier"] == "medium"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="under {quality: 0.95} the reference traffic's hull segment is medium-large, and "
+    "the small tier is off it: no request goes there (docs/classifier.md, the segment guard)",
+)
+def test_easy_goes_small_before_any_traffic() -> None:
     with running_gateway(objective_config()) as fresh:
         assert explain(fresh, EASY)["tier"] == "small"
-        assert explain(fresh, HARD)["tier"] == "large"
 
 
 @pytest.mark.parametrize(

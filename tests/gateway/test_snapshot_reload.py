@@ -50,7 +50,10 @@ class HeldClassifier:
         self.release = threading.Event()
 
     async def classify(
-        self, messages: Sequence[Mapping[str, Any]], embedding: EmbeddingOnce
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        embedding: EmbeddingOnce,
+        quality: object = None,
     ) -> ComplexityScore:
         self.entered.set()
         await asyncio.to_thread(self.release.wait, 30)

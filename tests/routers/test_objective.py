@@ -11,6 +11,7 @@ from policies.lambda_sketch import COST_UNIT, lambda_for
 from routers.frontier import fixed_points, hull_accuracy, point
 from routers.objective import (
     Objective,
+    _sketch_core,
     alone,
     choose,
     decide_tier,
@@ -19,7 +20,9 @@ from routers.objective import (
     sketch_of,
     sketch_request,
     steps,
+    traffic_operating,
 )
+from routers.objective_segment import hull_vertices, segment, tiers_in
 
 
 def traffic(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -116,3 +119,94 @@ def test_sketch_counts_are_integers_in_fixed_units() -> None:
     sketch_request(counts, [0.5, 0.9], [1e-6, 1e-5])
     assert counts["n"] == 1 and counts["CL"] == round(1.0 / COST_UNIT)  # a share of itself
     assert all(isinstance(v, int) for v in counts.values())
+
+
+def test_hull_vertices_drop_dominated_and_below_chord_tiers() -> None:
+    assert hull_vertices([1.0, 2.0, 3.0], [0.5, 0.55, 0.9]) == [0, 2]  # below the chord
+    assert hull_vertices([1.0, 2.0, 3.0], [0.5, 0.4, 0.9]) == [0, 2]  # worse and dearer
+    assert hull_vertices([1.0, 2.0, 100.0], [0.3, 0.55, 0.7]) == [0, 1, 2]
+
+
+def test_requests_never_cross_a_vertex_of_the_predicted_hull() -> None:
+    # small is predicted nearly as good as medium for some requests (noise in its head):
+    # the unguarded argmax sends those to small while the objective sits between medium
+    # and large; the segment keeps every request on medium or large
+    rng = np.random.default_rng(4)
+    n = 2000
+    quality = np.column_stack(
+        [rng.normal(0.76, 0.03, n), rng.normal(0.78, 0.015, n), rng.normal(0.89, 0.01, n)]
+    )
+    cost = np.tile([0.5, 1.9, 100.0], (n, 1)) * 1e-5
+    objective = Objective("quality", 0.95)
+    assert (choose(quality, cost, traffic_lambda_unguarded(quality, cost)) == 0).any()
+    where = traffic_operating(quality, cost, objective)
+    assert where.allowed == (1, 2)
+    tiers, _ = route_traffic(quality, cost, objective, min_samples=200)
+    assert set(tiers.tolist()) <= {1, 2}
+    # and the objective still holds on the traffic, restricted to the segment
+    reached = quality[np.arange(n), tiers].sum()
+    assert reached >= 0.95 * quality[:, -1].sum()
+    assert 0 < (tiers == 1).mean() < 1  # it trades along the segment, not at a vertex
+
+
+def test_cost_objective_on_a_segment_spends_at_most_its_share() -> None:
+    quality, cost = traffic(4000, seed=5)
+    for share in (0.02, 0.25, 0.6):
+        where = traffic_operating(quality, cost, Objective("cost", share))
+        tiers = choose(quality, cost, where.lam, where.allowed)
+        assert set(tiers.tolist()) <= set(where.allowed) and len(where.allowed) <= 2
+        spent = relative(cost)[np.arange(len(cost)), tiers].mean()
+        assert spent <= share * (1 + 1e-9) or where.allowed == (0,)
+
+
+def test_segment_of_sketch_without_tier_totals_is_every_tier() -> None:
+    assert segment({"n": 3, "CL": 10}, 3, "cost", 0.5) == (0, 1, 2)
+    counts: Counter[str] = Counter()
+    sketch_request(counts, [0.5, 0.6, 0.9], [1.0, 2.0, 50.0])
+    assert tiers_in(counts) == 3 and any(k.startswith("p0.2:") for k in counts)
+    assert all(isinstance(v, int) for v in counts.values())
+
+
+def traffic_lambda_unguarded(quality: np.ndarray, cost: np.ndarray) -> float:
+    return lambda_for(sketch_of(quality, cost), "quality", 0.95)
+
+
+def test_each_pair_sketch_is_the_sketch_of_the_request_on_those_two_tiers() -> None:
+    rng = np.random.default_rng(6)
+    for _ in range(200):
+        quality = list(rng.choice([0.5, 0.7, 0.9], 3) + rng.normal(0, 0.05, 3) * rng.integers(2))
+        cost = list(rng.choice([1.0, 2.0, 5.0], 3))
+        counts: Counter[str] = Counter()
+        sketch_request(counts, quality, cost)
+        shares = [c / cost[-1] for c in cost]
+        for pair in ((0, 1), (0, 2), (1, 2)):
+            alone_pair: Counter[str] = Counter()
+            # the general sketch on the two tiers, costs still shares of the largest tier
+            _sketch_core(alone_pair, [quality[t] for t in pair], [shares[t] for t in pair])
+            prefix = f"p{pair[0]}.{pair[1]}:"
+            mine = {k[len(prefix) :]: v for k, v in counts.items() if k.startswith(prefix)}
+            expected = {k: v for k, v in alone_pair.items() if v and k not in {"CL", "QL"}}
+            assert {k: v for k, v in mine.items() if v} == expected
+
+
+def test_a_segment_of_another_tier_count_falls_back_to_every_tier() -> None:
+    quality, cost = [0.5, 0.9], [1.0, 3.0]
+    objective = Objective("quality", 0.95)
+    # a window sketched with three tiers, read after a reload to two
+    choice = decide_tier(("s", "l"), quality, cost, 0.01, objective, "x", (1, 2))
+    assert choice.allowed == ("s", "l") and choice.tier == "l"
+    assert decide_tier(("s", "l"), quality, cost, 0.01, objective, "x", ()).allowed == ("s", "l")
+
+
+def test_segment_off_chooses_among_every_tier() -> None:
+    rng = np.random.default_rng(4)
+    n = 2000
+    quality = np.column_stack(
+        [rng.normal(0.76, 0.03, n), rng.normal(0.78, 0.015, n), rng.normal(0.89, 0.01, n)]
+    )
+    cost = np.tile([0.5, 1.9, 100.0], (n, 1)) * 1e-5
+    off = Objective("quality", 0.95, segment=False)
+    assert traffic_operating(quality, cost, off).allowed == (0, 1, 2)
+    tiers, lam = route_traffic(quality, cost, off, min_samples=200)
+    assert lam == traffic_lambda_unguarded(quality, cost)
+    assert (tiers == 0).any()

@@ -77,7 +77,13 @@ def test_a_refit_learns_what_the_base_missed_and_serves() -> None:
     refit = RefittedQuality(Flat(), result.correction)  # type: ignore[arg-type]
     fresh = traffic(50, 9)
     p = refit.predict(fresh.vectors, fresh.features)
-    assert np.all(p[:, 1:] == 0.5)  # no label for medium or large: the base's prediction
+    # no label for medium or large: the part shared by the tiers alone, the same for both
+    assert np.allclose(p[:, 1], p[:, 2]) and not np.allclose(p[:, 1], 0.5)
+    assert np.mean((p[:, 0] > 0.5) == (fresh.y > 0.5)) > 0.95
+    # fitted each tier on its own labels: a tier without labels keeps the base's prediction
+    alone = fit_correction(Flat(), traffic(300, 1), RefitOptions(4, 1.0, shared=False))
+    p = RefittedQuality(Flat(), alone).predict(fresh.vectors, fresh.features)
+    assert np.all(p[:, 1:] == 0.5)
     assert np.mean((p[:, 0] > 0.5) == (fresh.y > 0.5)) > 0.95
 
 
@@ -172,10 +178,16 @@ def test_the_sampler_samples_classified_auto_requests_and_drops_beyond_its_bound
     assert sampler.admit(at_one_percent) and sampler.in_flight == 2
 
 
-def test_the_shadow_tier_is_the_neighbour() -> None:
-    tiers = list(TIERS)
-    assert [shadow_tier(tiers, t) for t in tiers] == ["medium", "large", "medium"]
-    assert shadow_tier(["a", "b"], "a") == "b" and shadow_tier(["a", "b"], "b") == "a"
+def test_the_shadow_tier_is_any_other_tier_evenly_by_request_id() -> None:
+    tiers = ["small", "medium", "large"]
+    ids = [f"chatcmpl-{i:032x}" for i in range(600)]
+    for served in tiers:
+        picked = [shadow_tier(tiers, served, rid) for rid in ids]
+        others = [t for t in tiers if t != served]
+        assert set(picked) == set(others)  # never the served tier, every other one
+        assert all(abs(picked.count(t) - 300) < 60 for t in others)  # evenly
+        assert picked == [shadow_tier(tiers, served, rid) for rid in ids]  # reproducible
+    assert shadow_tier(["a", "b"], "a", "x") == "b" and shadow_tier(["a", "b"], "b", "x") == "a"
 
 
 def test_the_feedback_loop_and_its_judge_need_a_restart_the_rest_reloads() -> None:
