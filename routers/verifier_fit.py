@@ -34,6 +34,7 @@ from routers.verifier_data import LabelledPair, verifier_pairs
 log = logging.getLogger(__name__)
 OUT = Path(__file__).resolve().parent / "model" / "verifier"
 MAX_TOKENS = 64
+LAYERS = 6
 FROZEN_LAYERS = 3
 PROJECT_WEIGHT = 3  # the project's question pairs, repeated: the served domain
 
@@ -49,11 +50,14 @@ def training_set(count: int, seed: int) -> list[LabelledPair]:
     return chosen
 
 
-def build_model(path: str) -> Any:
+def build_model(path: str, layers: int, frozen: int) -> Any:
     import torch
     from transformers import AutoModel
 
     encoder = AutoModel.from_pretrained(path)
+    # The lowest ``layers`` layers only: each layer is a sixth of the cost of a pair.
+    encoder.encoder.layer = encoder.encoder.layer[:layers]
+    encoder.config.num_hidden_layers = layers
 
     class CrossEncoder(torch.nn.Module):  # type: ignore[misc,unused-ignore]
         def __init__(self) -> None:
@@ -72,14 +76,30 @@ def build_model(path: str) -> Any:
     model = CrossEncoder()
     for parameter in encoder.embeddings.parameters():
         parameter.requires_grad = False
-    for layer in encoder.encoder.layer[:FROZEN_LAYERS]:
+    for layer in encoder.encoder.layer[:frozen]:
         for parameter in layer.parameters():
             parameter.requires_grad = False
     return model
 
 
+def learning_rate_factor(progress: float, warmup: float = 0.1) -> float:
+    """Linear warm-up then linear decay over ``progress`` in [0, 1]: the share of the
+    steps or of the time budget used, whichever is larger, so a run cut by the clock
+    still ends with a small learning rate."""
+    if progress < warmup:
+        return progress / warmup
+    return max(1.0 - progress, 0.0) / (1.0 - warmup)
+
+
 def train(
-    pairs: list[LabelledPair], epochs: int, seed: int, batch: int, lr: float, minutes: float
+    pairs: list[LabelledPair],
+    epochs: int,
+    seed: int,
+    batch: int,
+    lr: float,
+    minutes: float,
+    layers: int = LAYERS,
+    frozen: int = FROZEN_LAYERS,
 ) -> Any:
     import torch
     from transformers import AutoTokenizer
@@ -88,22 +108,22 @@ def train(
     rng = random.Random(seed)
     path = minilm_path()
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = build_model(path)
+    model = build_model(path, layers, frozen)
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimiser = torch.optim.AdamW(trainable, lr=lr, weight_decay=0.01)
     steps = epochs * ((len(pairs) + batch - 1) // batch)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(
-        optimiser, max_lr=lr, total_steps=steps, pct_start=0.1
-    )
     model.train()
     started, step = time.perf_counter(), 0
     for epoch in range(epochs):
         order = list(range(len(pairs)))
         rng.shuffle(order)
         for start in range(0, len(order), batch):
-            if time.perf_counter() - started > minutes * 60:
+            progress = max(step / steps, (time.perf_counter() - started) / (minutes * 60))
+            if progress >= 1.0:
                 print(f"time budget reached after {step} of {steps} steps")
                 break
+            for group in optimiser.param_groups:  # warm up, then decay to 0 by steps or time
+                group["lr"] = lr * learning_rate_factor(progress)
             rows = [pairs[i] for i in order[start : start + batch]]
             sides = [(p.a, p.b) if rng.random() < 0.5 else (p.b, p.a) for p in rows]
             encoded = tokenizer(
@@ -119,7 +139,6 @@ def train(
             loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)
             loss.backward()
             optimiser.step()
-            schedule.step()
             optimiser.zero_grad()
             step += 1
             if step % 20 == 0:
@@ -174,7 +193,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--lr", type=float, default=5e-5)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--layers", type=int, default=LAYERS, help="keep the lowest N layers")
+    parser.add_argument("--frozen", type=int, default=FROZEN_LAYERS, help="of those, frozen")
     parser.add_argument("--max-minutes", type=float, default=60.0)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
@@ -183,7 +204,16 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     pairs = training_set(args.pairs, args.seed)
     print(f"training on {len(pairs)} pairs ({sum(p.match for p in pairs)} paraphrases)")
-    model, tokenizer = train(pairs, args.epochs, args.seed, args.batch, args.lr, args.max_minutes)
+    model, tokenizer = train(
+        pairs,
+        args.epochs,
+        args.seed,
+        args.batch,
+        args.lr,
+        args.max_minutes,
+        args.layers,
+        args.frozen,
+    )
     export(model, tokenizer, args.out)
     print(f"wrote {args.out}")
 
