@@ -185,3 +185,47 @@ def test_surrounding_whitespace_is_no_difference_to_the_rules() -> None:
     assert rule_verdict(a, b) == ("undecided", None)
     assert rule_verdict(f"  {a}\n", f"\t{b} ") == ("undecided", None)
     assert rule_verdict(a, "Which city is the capital of Spain?") == ("different", "entities")
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "verdict"),
+    [
+        # Capitalisation alone is no other name: the model decides.
+        ("Is Python fast enough for games?", "Python: is it fast enough for games?", "undecided"),
+        (
+            "How do I deploy to AWS from my laptop?",
+            "how to deploy to aws from a laptop",
+            "undecided",
+        ),
+        ("Tell me who Nelson Mandela was.", "Nelson Mandela: who was he?", "undecided"),
+        # A name replaced, added or dropped, or names in another order: vetoed.
+        ("What is the capital of France?", "What is the capital of Spain?", "different"),
+        (
+            "What is a good capital to visit?",
+            "What is a good capital of France to visit?",
+            "different",
+        ),
+        ("Flights from London to New York?", "Any flights from New York to London?", "different"),
+        ("How do I deploy to AWS?", "How do I deploy to GCP?", "different"),
+    ],
+)
+def test_the_entities_veto_forgives_capitalisation_only(a: str, b: str, verdict: str) -> None:
+    from routers.semantic_veto import rule_verdict
+
+    assert rule_verdict(a, b)[0] == verdict
+    assert rule_verdict(b, a)[0] == verdict
+
+
+async def test_only_the_closest_undecided_candidate_is_scored() -> None:
+    scorer = OverlapScorer()
+    verifier = CandidateVerifier(scorer, CALIBRATION)
+    policy = CachePolicy(semantic_verify=VerifyTarget(max_wrong_rate=0.001))
+
+    class Stored:
+        def __init__(self, text: str) -> None:
+            self.text = text
+
+    close = [(0.95, Stored(LOOSE)), (0.93, Stored(STORED))]
+    decision = await verifier.decide(policy, REWORDED, close)  # type: ignore[arg-type]
+    assert scorer.calls == [[(LOOSE, REWORDED)]]  # one pair, the closest
+    assert decision.chosen is None and decision.refused == {"verifier": 2}
