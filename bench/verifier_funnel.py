@@ -5,11 +5,12 @@
 Each pair goes through the cache's decision in the cache's order and is counted at the
 first stage that stops it: the guard (numbers, units, negations: part of the semantic
 prefix, so never even a candidate), the cosine threshold, each hard veto of
-``routers.semantic_veto`` (numbers, entities, code, reordered), then the cross-encoder's
-threshold for ``--rate``. ``served`` is what passes: the rules' ``same`` or the model.
-Paraphrases should reach ``served``; near-misses should not. Also called by
-``bench.verifier_candidates --funnel``. Reported on every part; only ``train`` and
-``calib`` may be looked at to change anything (the evaluation sets never).
+``routers.semantic_veto`` (numbers, entities, code, reordered, substituted), then the
+cross-encoder's threshold for ``--rate``. ``served`` is what passes: the rules' ``same``
+or the model. Paraphrases should reach ``served``; near-misses should not. The pairs are
+scored as ``bench.verifier_candidates`` scores them (``routers.verifier_eval``).
+Reported on every part; only ``train`` and ``calib`` may be looked at to change
+anything (the evaluation sets never).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ STAGES = (
     "entities",
     "code",
     "reordered",
+    "substituted",
     "verifier",
     "served by rules",
     "served by model",
