@@ -83,6 +83,11 @@ def _words(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text)]
 
 
+def words(text: str) -> list[str]:
+    """The lower-cased words of ``text``, in order."""
+    return _words(text)
+
+
 def _unit(word: str) -> str | None:
     for form in (
         word,
@@ -105,6 +110,11 @@ def _names(text: str) -> list[str]:
         and m.group() != "I"
         and _unit(m.group().lower()) is None
     ]
+
+
+def proper_names(text: str) -> list[str]:
+    """Capitalised words that do not start a sentence, lower-cased, in order."""
+    return _names(text)
 
 
 def guard(text: str) -> dict[str, Any]:

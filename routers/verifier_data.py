@@ -3,8 +3,9 @@
 Three disjoint parts (data/README.md, "Verifier pairs"):
 
 - ``train``: the public corpora vendored in ``data/verifier/train_pairs.jsonl`` (MSRP,
-  SICK, STS 2012-2015; split ``train``) plus the project's ``tune`` pairs whose template
-  (or, hand-written, whose id) hashes into the training share;
+  SICK, STS 2012-2015; split ``train``) plus the project's ``tune`` pairs (and the extra
+  near-misses filled into tune frames, ``tune_extra.jsonl``) whose template (or,
+  hand-written, whose id) hashes into the training share;
 - ``calib``: the rest of both (split ``calib`` and the other tune templates): the
   tenant's ``max_wrong_rate`` becomes a threshold here, nowhere else;
 - ``heldout``: the project's held-out pairs, and ``external``: the evaluation-only sets
@@ -25,6 +26,7 @@ from routers.semantic_eval import DATA, load_pairs
 VERIFIER_DATA = DATA / "verifier"
 TRAIN_PAIRS = VERIFIER_DATA / "train_pairs.jsonl"
 EXTERNAL = VERIFIER_DATA / "eval_external.jsonl"
+TUNE_EXTRA = VERIFIER_DATA / "tune_extra.jsonl"  # data/verifier_augment.py
 TUNE_CALIB_SHARE = 0.3
 Part = Literal["train", "calib", "heldout", "external"]
 
@@ -69,5 +71,5 @@ def verifier_pairs(part: Part) -> list[LabelledPair]:
     if part == "heldout":
         return [_pair(p, "project") for p in load_pairs("heldout")]
     public = [_pair(p) for p in _jsonl(TRAIN_PAIRS) if p["split"] == part]
-    tune = [_pair(p, "project") for p in load_pairs("tune") if _tune_part(p) == part]
-    return public + tune
+    tune = load_pairs("tune") + (_jsonl(TUNE_EXTRA) if TUNE_EXTRA.exists() else [])
+    return public + [_pair(p, "project") for p in tune if _tune_part(p) == part]

@@ -3,9 +3,9 @@
 The candidates above the tenant's cosine threshold go through the rules first
 (``routers.semantic_veto``): one the rules accept is served at once; a vetoed one is
 refused with its reason. What the rules leave undecided is refused under ``strict``,
-and under a ``max_wrong_rate`` target scored by the learned verifier in one call (in the
-embedder worker, ``routers.verifier_scorer``), the first one at or above the
-calibrated threshold served. A verifier that fails or is missing refuses, never fails
+and under a ``max_wrong_rate`` target the closest of them (by cosine) is scored by the
+learned verifier (in the embedder worker, ``routers.verifier_scorer``) and served when
+at or above the calibrated threshold. A verifier that fails or is missing refuses, never fails
 the request.
 """
 
@@ -89,6 +89,11 @@ class CandidateVerifier:
             for _ in undecided:
                 decision.refuse("strict")
             return decision
+        # Only the closest undecided candidate is scored: one pair per lookup keeps the
+        # call at one short run (the others are refused as "verifier" unscored).
+        for _ in undecided[1:]:
+            decision.refuse("verifier")
+        undecided = undecided[:1]
         started = time.perf_counter()
         try:
             probabilities = await self.scorer.score([(c.text, asked) for _, c in undecided])

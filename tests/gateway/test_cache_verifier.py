@@ -181,7 +181,85 @@ async def test_forget_evicts_the_entry_and_keeps_the_pair_as_a_label(hit: str) -
 def test_surrounding_whitespace_is_no_difference_to_the_rules() -> None:
     from routers.semantic_veto import rule_verdict
 
-    a, b = "What is the capital of France?", "Which city is the capital of France?"
+    a, b = "What is the capital of France?", "In France, which city is the capital?"
     assert rule_verdict(a, b) == ("undecided", None)
     assert rule_verdict(f"  {a}\n", f"\t{b} ") == ("undecided", None)
-    assert rule_verdict(a, "Which city is the capital of Spain?") == ("different", "entities")
+    assert rule_verdict(a, "In Spain, which city is the capital?") == ("different", "entities")
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "verdict"),
+    [
+        # Capitalisation alone is no other name: the model decides.
+        ("Is Python fast enough for games?", "Python: is it fast enough for games?", "undecided"),
+        (
+            "How do I deploy to AWS from my laptop?",
+            "how to deploy to aws from a laptop",
+            "undecided",
+        ),
+        ("Tell me who Nelson Mandela was.", "Nelson Mandela: who was he?", "undecided"),
+        # A name replaced, added or dropped, or names in another order: vetoed.
+        ("What is the capital of France?", "What is the capital of Spain?", "different"),
+        (
+            "What is a good capital to visit?",
+            "What is a good capital of France to visit?",
+            "different",
+        ),
+        ("Flights from London to New York?", "Any flights from New York to London?", "different"),
+        ("How do I deploy to AWS?", "How do I deploy to GCP?", "different"),
+    ],
+)
+def test_the_entities_veto_forgives_capitalisation_only(a: str, b: str, verdict: str) -> None:
+    from routers.semantic_veto import rule_verdict
+
+    assert rule_verdict(a, b)[0] == verdict
+    assert rule_verdict(b, a)[0] == verdict
+
+
+async def test_only_the_closest_undecided_candidate_is_scored() -> None:
+    scorer = OverlapScorer()
+    verifier = CandidateVerifier(scorer, CALIBRATION)
+    policy = CachePolicy(semantic_verify=VerifyTarget(max_wrong_rate=0.001))
+
+    class Stored:
+        def __init__(self, text: str) -> None:
+            self.text = text
+
+    close = [(0.95, Stored(LOOSE)), (0.93, Stored(STORED))]
+    decision = await verifier.decide(policy, REWORDED, close)  # type: ignore[arg-type]
+    assert scorer.calls == [[(LOOSE, REWORDED)]]  # one pair, the closest
+    assert decision.chosen is None and decision.refused == {"verifier": 2}
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "verdict"),
+    [
+        # One slot filled differently, the rest of the question in place: vetoed.
+        (
+            "How do I lock a folder in one step?",
+            "How do I unlock a folder in one step?",
+            "different",
+        ),
+        (
+            "What should I eat the day before a run?",
+            "What should I eat the day after a run?",
+            "different",
+        ),
+        (
+            "How do I sort a list in ascending order?",
+            "How do I sort a list in descending order?",
+            "different",
+        ),
+        # Wider rewordings, or words added or dropped: left to the model.
+        ("How many days are in a leap year?", "A leap year has how many days?", "undecided"),
+        ("how do i keep basil fresh in the fridge", "how do i keep basil fresh", "undecided"),
+        ("How do I make my code faster?", "What can I do to speed up my program?", "undecided"),
+    ],
+)
+def test_one_slot_filled_differently_is_vetoed(a: str, b: str, verdict: str) -> None:
+    from routers.semantic_veto import rule_verdict
+
+    assert rule_verdict(a, b)[0] == verdict
+    assert rule_verdict(b, a)[0] == verdict
+    if verdict == "different":
+        assert rule_verdict(a, b)[1] == "substituted"
