@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
 import pytest
@@ -33,6 +33,7 @@ class Call:
     config: GatewayConfig
     request_id: str
     principal: Principal
+    metadata: Mapping[str, str] | None = None
 
 
 class Ending:
