@@ -10,20 +10,21 @@ conversation, say) calls ``call.core.route`` itself and then ``respond``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import replace
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from backends.base import Chunk, TokenLogprob
+from backends.base import Chunk, GenerationRequest, TokenLogprob
 from gateway.core.serving import Run
 from gateway.core.timing import lap
 from gateway.edge.http import TenantCall, read_body, until_disconnect
 from gateway.routing.route import Ask
 from gateway.wire.format import Body, RunView, WireFormat
 from gateway.wire.sse import Event, EventStreamResponse, Framing, sse
+from policies.tenants import Principal
 
 
 async def serve(request: Request, call: TenantCall, wire: WireFormat[Body]) -> Response:
@@ -35,14 +36,13 @@ async def serve(request: Request, call: TenantCall, wire: WireFormat[Body]) -> R
     raw = await read_body(request, server.max_body_bytes, server.header_timeout_s)
     body = wire.parse(raw)
     lap("parse")
-    ask = Ask(
+    ask = ask_for(
+        request,
         call.principal,
         body.model,
         wire.to_generation(body),
         stream=body.stream,
         include_usage=body.include_usage,
-        cache_control=request.headers.get("cache-control"),
-        forced_tier=request.headers.get("x-tiergate-tier"),
         metadata=body.annotations(),
     )
     compat = body.compat()
@@ -50,6 +50,30 @@ async def serve(request: Request, call: TenantCall, wire: WireFormat[Body]) -> R
     lap("route")
     compat.record()
     return await respond(request, core.run(routed), wire, compat.headers().items())
+
+
+def ask_for(
+    request: Request,
+    principal: Principal,
+    model: str,
+    generation: GenerationRequest,
+    *,
+    stream: bool,
+    include_usage: bool,
+    metadata: Mapping[str, str] | None,
+) -> Ask:
+    """A generation request as every wire format hands it to the core: the client's
+    ``Cache-Control`` and ``x-tiergate-tier`` headers are read here, once."""
+    return Ask(
+        principal,
+        model,
+        generation,
+        stream=stream,
+        include_usage=include_usage,
+        cache_control=request.headers.get("cache-control"),
+        forced_tier=request.headers.get("x-tiergate-tier"),
+        metadata=metadata,
+    )
 
 
 async def respond(

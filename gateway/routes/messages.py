@@ -19,7 +19,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.core.respond import respond
+from gateway.core.respond import ask_for, respond
 from gateway.core.timing import lap
 from gateway.edge.deps import TenantDep
 from gateway.edge.http import TracedRoute, read_body
@@ -60,14 +60,13 @@ async def create_message(request: Request, call: TenantDep) -> Response:
     turn = to_generation(body, principal.policy.compat)
     compat = turn.compat.merged(beta_hints(request))
     lap("parse")
-    ask = Ask(
+    ask = ask_for(
+        request,
         principal,
         body.model,
         turn.generation,
         stream=body.stream,
         include_usage=True,
-        cache_control=request.headers.get("cache-control"),
-        forced_tier=request.headers.get("x-tiergate-tier"),
         metadata=body.annotations(),  # the ledger event and the trace keep user_id
     )
     routed = await core.route(ask)

@@ -21,14 +21,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from backends.base import Chunk
-from gateway.core.respond import collect, stream_response
+from gateway.core.respond import ask_for, collect, stream_response
 from gateway.core.serving import Run
 from gateway.core.timing import lap
 from gateway.edge.deps import TenantDep
 from gateway.edge.http import TracedRoute, read_body, until_disconnect
 from gateway.edge.openapi import GENERATION_ERRORS, request_body
 from gateway.errors import ApiError, InvalidRequest, NotFound, ServiceUnavailable
-from gateway.routing.route import Ask
 from gateway.wire.common import parse_body
 from gateway.wire.compat import unsupported
 from gateway.wire.format import RunView
@@ -67,14 +66,13 @@ async def create_response(request: Request, call: TenantDep) -> Response:
             param="store",
         )
     lap("parse")
-    ask = Ask(
+    ask = ask_for(
+        request,
         principal,
         body.model,
         turn.generation,
         stream=body.stream,
         include_usage=True,
-        cache_control=request.headers.get("cache-control"),
-        forced_tier=request.headers.get("x-tiergate-tier"),
         metadata=body.metadata,
     )
     routed = await core.route(ask)
