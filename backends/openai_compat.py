@@ -3,7 +3,7 @@
 One pooled ``aiohttp`` session per engine, built in ``start()`` and closed in
 ``aclose()``; keep-alive connections are reused across requests. aiohttp rather than
 httpx because it costs about a quarter of the CPU per streamed request here
-(``bench/overhead.py`` is where that shows). Streams are parsed incrementally
+(``bench/perf/overhead.py`` is where that shows). Streams are parsed incrementally
 (``backends/sse_parse.py``), usage is passed through as the server reported it, and
 errors are mapped once, here, to ``backends.errors``. Cancelling the iterator closes
 the upstream connection, which is how OpenAI-compatible servers learn to abort.
@@ -189,7 +189,7 @@ class OpenAICompatEngine:
         self._remote = load
         now = load is not None and load.healthy
         if was != now:
-            # Wall-clock time in the message: bench/multinode.py times failover from it.
+            # Wall-clock time in the message: bench/perf/multinode.py times failover from it.
             state = "back in rotation" if now else f"out of rotation ({why})"
             log.warning("%s %s at unix %.3f", self.name, state, time.time())
 

@@ -22,51 +22,38 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from backends.pool import EnginePool, PoolSettings, Replica
 from backends.registry import build_engine
+from gateway.admin import endpoints as admin
 from gateway.admin.auth import weak_admin_key
-from gateway.admin.routes import admin_router
-from gateway.admin.throttle import GuessThrottle
 from gateway.cache.build import close_cache, open_cache
+from gateway.chat import endpoints as chat
 from gateway.cluster.deployment import join_cluster
 from gateway.cluster.reload import install_sighup, remove_sighup
-from gateway.cluster.reload_bus import reload_and_publish
+from gateway.completions import endpoints as completions
 from gateway.core.serving import Collaborators, ServingCore
 from gateway.edge.error_boundary import install_error_handling
-from gateway.edge.http import GatewayRoute
-from gateway.edge.openapi import ADMIN_ERRORS, GatewayApp
-from gateway.feedback.build import open_feedback
+from gateway.edge.family import Family
+from gateway.edge.http import GatewayEndpoint
+from gateway.edge.openapi import GatewayApp
+from gateway.embeddings import endpoints as embeddings
+from gateway.explain import endpoints as explain
+from gateway.feedback import endpoints as feedback
+from gateway.learning.build import open_feedback
+from gateway.messages import endpoints as messages
+from gateway.models import endpoints as models
 from gateway.money.hold import Money
-from gateway.routes import (
-    admin_audit,
-    admin_budgets,
-    admin_cache,
-    admin_feedback,
-    admin_keys,
-    admin_tenants,
-    chat,
-    completions,
-    embeddings,
-    explain,
-    feedback,
-    health,
-    load,
-    messages,
-    metrics,
-    models,
-    responses,
-)
+from gateway.ops import endpoints as ops
+from gateway.responses import endpoints as responses
 from gateway.routing.objective import ObjectiveLambda
 from gateway.routing.route import Router
 from gateway.routing.target_share import TargetShares
 from gateway.state import GatewayState
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.telemetry.tracing import open_tracing
-from gateway.wire.responses_store import ResponseStore
+from gateway.throttle import GuessThrottle
+from gateway.types import Readiness
 from policies.engine_spec import PoolSpec
-from policies.key_directory import KeyDirectory
 from policies.schema import GatewayConfig
-from policies.settle_journal import SettleJournal
-from policies.store import Store, StoreUnavailable
-from policies.stores import (
+from policies.stores.factories import (
     open_audit,
     open_budget_store,
     open_key_store,
@@ -75,16 +62,34 @@ from policies.stores import (
     open_share_store,
     open_store,
 )
+from policies.stores.key_directory import KeyDirectory
+from policies.stores.responses import ResponseStore
+from policies.stores.settle_journal import SettleJournal
+from policies.stores.store import Store, StoreUnavailable
 from policies.tenants import KeyRing
 from routers.setup import RoutingModels
 from routers.wordpiece import ServedEmbedder
 
 log = logging.getLogger(__name__)
 
+# The endpoint families the app mounts, in the order their routes match.
+FAMILIES: tuple[Family, ...] = (
+    chat.FAMILY,
+    completions.FAMILY,
+    responses.FAMILY,
+    messages.FAMILY,
+    embeddings.FAMILY,
+    models.FAMILY,
+    explain.FAMILY,
+    feedback.FAMILY,
+    ops.FAMILY,
+    admin.FAMILY,
+)
+
 # Allocations (net of frees) that start a young-generation collection; CPython's 700 is
 # passed by the bursts of a few concurrent requests, whose live objects then get scanned
 # (and promoted, so full collections follow): about 5% of a passthrough request's CPU at
-# 16 concurrent, 10% at 64 (bench/overhead.py). Cyclic garbage is still collected.
+# 16 concurrent, 10% at 64 (bench/perf/overhead.py). Cyclic garbage is still collected.
 GC_YOUNG_THRESHOLD = 50_000
 
 
@@ -120,76 +125,49 @@ async def build_state(
     routing = await _load_classifier(config, notes)
     shared = routing.embedder if routing is not None else None
     cache, embedder = await open_cache(config, store, shared)
+    classifier = routing.classifier if routing is not None else None
     keyring = KeyRing.from_config(config)
-    keys = KeyDirectory(open_key_store(store), config, keyring)
     budgets = open_budget_store(config, store, ledger)
     journal = SettleJournal(budgets, journal_dir(config, store))
     await asyncio.to_thread(journal.open)
-    state = GatewayState(
-        config=config,
-        keyring=keyring,
-        store=store,
-        ledger=ledger,
-        replicas=replicas,
+    # Settlements and sketch syncs run as their own tasks so a cancelled request still
+    # settles; the lifespan waits for them before closing the store.
+    background: set[asyncio.Task[None]] = set()
+    feedback = await open_feedback(config, store, pools, budgets, journal, classifier, notes)
+    reference = routing.quality.reference_traffic() if routing and routing.quality else None
+    router = Router(
+        classifier,
+        embedder or shared,  # one embedder: the cache and the classifier share it
+        TargetShares(open_share_store(store)),
+        replicas,
+        background,
+        ObjectiveLambda(open_share_store(store), reference),
+        feedback,  # the serving refit, read once per request
+    )
+    parts = Collaborators(
         pools=pools,
-        metrics=GatewayMetrics(config),
-        tracing=open_tracing(tracer_provider),
-        budgets=budgets,
-        limiter=open_rate_limiter(config, store),
-        keys=keys,
-        audit=open_audit(store),
-        journal=journal,
-        responses=ResponseStore(store),
+        replicas=replicas,
+        router=router,
+        money=Money(budgets, open_rate_limiter(config, store), journal, ledger, background),
         cache=cache,
-        embedder=embedder or shared,  # one embedder: the cache and the classifier share it
-        classifier=routing.classifier if routing is not None else None,
+        metrics=GatewayMetrics(config),
+        store=store,
         served_embedder=await _served_embedder(config, routing, notes),
+        readiness=Readiness(),
+        responses=ResponseStore(store),
+        feedback=feedback,
+    )
+    return GatewayState(
+        core=ServingCore(config, parts),
+        keyring=keyring,
+        keys=KeyDirectory(open_key_store(store), config, keyring),
+        audit=open_audit(store),
+        tracing=open_tracing(tracer_provider),
         notes=notes,
-        shares=TargetShares(open_share_store(store)),
-        objective=ObjectiveLambda(
-            open_share_store(store),
-            routing.quality.reference_traffic()
-            if routing is not None and routing.quality is not None
-            else None,
-        ),
         admin_guesses=GuessThrottle(
             config.admin.failures_per_minute, config.admin.failures_per_minute_total
         ),
     )
-    state.feedback = await open_feedback(
-        config, store, pools, budgets, journal, state.classifier, notes
-    )
-    state.core = serving_core(state)
-    return state
-
-
-def serving_core(state: GatewayState) -> ServingCore:
-    """The serving core over the state's collaborators and its config (at startup; a
-    policy reload keeps the collaborators and swaps the config)."""
-    money = Money(state.budgets, state.limiter, state.journal, state.ledger, state.background)
-    router = Router(
-        state.classifier,
-        state.embedder,
-        state.shares,
-        state.replicas,
-        state.background,
-        state.objective,
-        state.feedback,  # the serving refit, read once per request
-    )
-    parts = Collaborators(
-        pools=state.pools,
-        replicas=state.replicas,
-        router=router,
-        money=money,
-        cache=state.cache,
-        metrics=state.metrics,
-        store=state.store,
-        served_embedder=state.served_embedder,
-        readiness=state.readiness,
-        responses=state.responses,
-        feedback=state.feedback,
-    )
-    return ServingCore(state.config, parts)
 
 
 def journal_dir(config: GatewayConfig, store: Store) -> Path | None:
@@ -211,9 +189,10 @@ def journal_dir(config: GatewayConfig, store: Store) -> Path | None:
 
 async def replay_journal(state: GatewayState) -> None:
     """What an earlier run (or a dead neighbour) could not settle, then every period."""
-    if state.journal.pending:
-        await state.journal.replay()
-    await state.journal.run(state.config.budgets.journal_replay_s)
+    journal = state.parts.money.journal
+    if journal.pending:
+        await journal.replay()
+    await journal.run(state.config.budgets.journal_replay_s)
 
 
 async def poll_keys(state: GatewayState) -> None:
@@ -288,17 +267,19 @@ async def _served_embedder(
 
 
 async def close_state(state: GatewayState) -> None:
-    if state.feedback is not None:
-        await state.feedback.aclose(state.config)
-    if state.background:
-        await asyncio.wait(set(state.background), timeout=10)
-    replicas = [r for group in state.replicas.values() for r in group]
+    parts = state.parts
+    if parts.feedback is not None:
+        await parts.feedback.aclose(state.config)
+    if parts.money.background:
+        await asyncio.wait(set(parts.money.background), timeout=10)
+    replicas = [r for group in parts.replicas.values() for r in group]
     await asyncio.gather(*(r.aclose() for r in replicas), return_exceptions=True)
-    await close_cache(state.cache, state.embedder)
-    if state.journal.pending:  # one last try; what is left is replayed at the next start
-        await state.journal.replay()
-    state.journal.close()
-    await state.store.aclose()
+    await close_cache(parts.cache, parts.router.embedder)
+    journal = parts.money.journal
+    if journal.pending:  # one last try; what is left is replayed at the next start
+        await journal.replay()
+    journal.close()
+    await parts.store.aclose()
     await asyncio.to_thread(state.tracing.shutdown)
 
 
@@ -323,20 +304,22 @@ def create_app(
         reloads: set[asyncio.Task[None]] = set()
         hup = config_source is not None and install_sighup(state, reloads)
         loops = [asyncio.create_task(poll_keys(state)), asyncio.create_task(replay_journal(state))]
-        if state.feedback is not None:  # records, the serving model, refits
-            loops.append(asyncio.create_task(state.feedback.run(lambda: state.config)))
-        state.readiness.ready = True
+        if state.parts.feedback is not None:  # records, the serving model, refits
+            loops.append(asyncio.create_task(state.parts.feedback.run(lambda: state.config)))
+        state.parts.readiness.ready = True
         # Long-lived startup objects leave the GC's young generations: shorter pauses later.
         gc.collect()
         gc.freeze()
         thresholds = gc.get_threshold()
         gc.set_threshold(GC_YOUNG_THRESHOLD, *thresholds[1:])
-        log.info("tiergate ready: tiers %s, store %s", list(state.pools), state.store.kind)
+        log.info(
+            "tiergate ready: tiers %s, store %s", list(state.parts.pools), state.parts.store.kind
+        )
         try:
             yield
         finally:
             gc.set_threshold(*thresholds)
-            state.readiness.ready = False
+            state.parts.readiness.ready = False
             for loop_task in loops:
                 loop_task.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
@@ -353,37 +336,13 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
-    app.router.route_class = GatewayRoute
-    install_error_handling(app)
-    for router in (
-        chat.router,
-        completions.router,
-        responses.router,
-        responses.stored,
-        messages.router,
-        embeddings.router,
-        models.router,
-        explain.router,
-        feedback.router,
-        load.router,
-        admin_budgets.router,
-        admin_cache.router,
-        admin_feedback.router,
-        admin_keys.router,
-        admin_tenants.router,
-        admin_audit.router,
-        health.router,
-        metrics.router,
-        admin_router(),
-    ):
-        app.include_router(router)
-    app.add_api_route(
-        "/admin/api/policies/reload",
-        reload_and_publish,
-        methods=["POST"],
-        tags=["admin"],
-        responses=ADMIN_ERRORS,
-    )
+    app.router.route_class = GatewayEndpoint
+    app.bodies = [body for family in FAMILIES for body in family.bodies]
+    shapes = [(f.prefix, f.errors) for f in FAMILIES if f.prefix and f.errors is not None]
+    install_error_handling(app, shapes)
+    for family in FAMILIES:
+        for endpoints in family.endpoints:
+            app.include_router(endpoints)
     return app
 
 

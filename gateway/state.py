@@ -1,75 +1,48 @@
 """What the lifespan builds, in one typed object: the app's container.
 
-Requests never see it: they run on ``core`` (the config snapshot and the serving
-collaborators, ``gateway.core.serving``), which the lifespan builds from these fields and each
-policy reload rebuilds with the new config. App startup and the admin routes use the
-rest (a test walks every function's parameters: ``tests/gateway/test_state_access.py``).
+Every collaborator a request uses is held once, in ``core`` (the config snapshot and
+the serving collaborators, ``gateway.core.serving``); each policy reload replaces the
+core with one over the same collaborators and the new snapshot. The rest is what only
+startup and the admin side use: key resolution, the audit log, tracing, the startup
+notes, the admin-key throttle. Requests never see the state (a test walks every
+function's parameters: ``tests/gateway/test_state_access.py``).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
-from backends.pool import EnginePool, Replica
-from gateway.admin.throttle import GuessThrottle
-from gateway.cache.service import PromptCache
-from gateway.core.serving import Readiness, ServingCore
-from gateway.feedback.service import Feedback
-from gateway.routing.objective import ObjectiveLambda
-from gateway.routing.target_share import TargetShares
-from gateway.telemetry.metrics import GatewayMetrics
+from gateway.core.serving import Collaborators, ServingCore
 from gateway.telemetry.tracing import Tracing
-from gateway.wire.responses_store import ResponseStore
-from policies.audit import AuditLog
-from policies.budget import BudgetStore
-from policies.key_directory import KeyDirectory
-from policies.ledger import Ledger
-from policies.ratelimit import RateLimiter
+from gateway.throttle import GuessThrottle
 from policies.schema import GatewayConfig
-from policies.settle_journal import SettleJournal
-from policies.store import Store
+from policies.stores.audit import AuditLog
+from policies.stores.key_directory import KeyDirectory
 from policies.tenants import KeyRing
-from routers.classifier import Classifier
-from routers.embedding import Embedder
-from routers.wordpiece import ServedEmbedder
 
 
 @dataclass(slots=True)
 class GatewayState:
-    config: GatewayConfig
+    core: ServingCore  # the config snapshot requests take, and every collaborator
     keyring: KeyRing
-    store: Store
-    ledger: Ledger
-    replicas: dict[str, list[Replica]]
-    pools: dict[str, EnginePool]
-    metrics: GatewayMetrics
-    tracing: Tracing
-    budgets: BudgetStore
-    limiter: RateLimiter
     keys: KeyDirectory  # YAML keys and API-managed ones: ``await keys.authenticate(raw)``
     audit: AuditLog
-    journal: SettleJournal  # settles the store refuses wait here (and on disk) until it is back
-    responses: ResponseStore  # stored /v1/responses, per API key, in ``store``
-    cache: PromptCache | None = None
-    embedder: Embedder | None = None  # shared by the classifier and the semantic cache
-    served_embedder: ServedEmbedder | None = None  # the classifier's, for /v1/embeddings
-    readiness: Readiness = field(default_factory=Readiness)
-    # Settlements run as their own tasks so a cancelled request still settles; the
-    # lifespan waits for them before closing the store.
-    background: set[asyncio.Task[None]] = field(default_factory=set)
+    tracing: Tracing
     notes: list[str] = field(default_factory=list)
-    classifier: Classifier | None = None  # None: ``auto`` goes to the tenant's default tier
     config_source: Callable[[], GatewayConfig] | None = None  # re-read on policy reload
-    shares: TargetShares | None = None  # ``routing.target_share``: thresholds from traffic
-    objective: ObjectiveLambda | None = None  # ``routing.objective``: λ from traffic
     admin_guesses: GuessThrottle = field(default_factory=lambda: GuessThrottle(5, 50))
-    # What requests run on: ``config`` and the collaborators above (``gateway.app``).
-    core: ServingCore = field(init=False)
-    feedback: Feedback | None = None  # ``routing.feedback``: shadows, verdicts, refits
+
+    @property
+    def config(self) -> GatewayConfig:
+        """The running policy: the snapshot the next request takes."""
+        return self.core.config
+
+    @property
+    def parts(self) -> Collaborators:
+        return self.core.parts
 
 
 def get_state(request: Request) -> GatewayState:

@@ -85,12 +85,12 @@ class ApiKey(Frozen):
 # Cosine similarity a paraphrase must reach for a semantic hit (MiniLM), before the
 # verifier (semantic_verify). The held-out pairs give zero false hits with the rules and
 # the learned verifier at 0.001; 0.85 keeps the verifier's candidates close
-# (bench/verifier_candidates.py, docs/cache.md).
+# (bench/experiments/verifier_candidates.py, docs/cache.md).
 DEFAULT_SEMANTIC_THRESHOLD = 0.85
 
 
 class VerifyTarget(Frozen):
-    """A learned verifier decides what the rules leave open (routers/semantic_veto.py):
+    """A learned verifier decides what the rules leave open (routers/verifier/rules.py):
     at most this share of the near-miss candidates that reach it may be served, the
     threshold set from the calibration table shipped with the model (docs/cache.md)."""
 
@@ -122,7 +122,7 @@ class CachePolicy(Frozen):
     semantic: bool = True
     semantic_threshold: float = Field(DEFAULT_SEMANTIC_THRESHOLD, gt=0.0, le=1.0)
     # After the similarity test: "strict" serves a hit only when every difference between
-    # the two questions keeps the meaning (routers/semantic_verify.py), the zero-risk
+    # the two questions keeps the meaning (routers/verifier/alignment.py), the zero-risk
     # setting; {max_wrong_rate: R} lets the learned verifier accept what the rules leave
     # open at that error bound; "guard" trades precision for recall (docs/cache.md).
     semantic_verify: SemanticVerify = VerifyTarget(max_wrong_rate=0.001)

@@ -2,7 +2,7 @@
 
 The model is plain arrays (a standardiser and one logistic head per question), stored
 as ``.npz`` without pickles, so loading a file never runs code. Inference is a dot
-product; sklearn is needed only to train (``routers/training.py``).
+product; sklearn is needed only to train (``routers/training/complexity_fit.py``).
 """
 
 from __future__ import annotations

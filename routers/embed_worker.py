@@ -233,7 +233,7 @@ def _serve(conn: Connection) -> None:
                 elif op == "verify" and verifier is not None:
                     conn.send(("scores", verifier.score(payload)))
                 elif op == "load_verifier":
-                    from routers.verifier_model import CrossEncoderVerifier
+                    from routers.verifier.model import CrossEncoderVerifier
 
                     verifier = CrossEncoderVerifier(Path(payload))
                     conn.send(("ready", None))

@@ -3,7 +3,7 @@
 Quality is the per-tier P(acceptable) of ``routers.quality``; cost is what the tier would
 charge for this prompt (prices x prompt tokens + the tier's expected answer length),
 weighed as a share of what the largest tier would charge for the same prompt. λ comes
-from recent traffic (``policies.lambda_sketch``): the λ at which that traffic meets the
+from recent traffic (``routers.lambda_sketch``): the λ at which that traffic meets the
 operator's objective, ``cost: s`` (each request spends, on average, at most ``s`` of
 what the largest tier would charge for it) or ``quality: s`` (reach ``s`` of the largest
 tier's expected quality at least cost). Until enough traffic is pooled each request
@@ -28,7 +28,7 @@ from itertools import combinations
 import numpy as np
 import numpy.typing as npt
 
-from policies.lambda_sketch import bin_of, cost_count, lambda_for, quality_count
+from routers.lambda_sketch import bin_of, cost_count, lambda_for, quality_count
 from routers.objective_segment import pair_prefix, segment_lambda, tier_totals
 
 F64 = npt.NDArray[np.float64]

@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from itertools import pairwise
 
-from policies.lambda_sketch import cost_count, lambda_for, quality_count
+from routers.lambda_sketch import cost_count, lambda_for, quality_count
 
 
 def pair_prefix(pair: Sequence[int]) -> str:

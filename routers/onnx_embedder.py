@@ -1,7 +1,7 @@
 """all-MiniLM-L6-v2 on ONNX Runtime: exported once to a cache folder, int8 weights.
 
 Why: at batch 1 over a 128-token prompt the int8 graph runs in about a third of the
-time torch needs (``bench/classify_latency.py``), and its vectors keep a cosine of
+time torch needs (``bench/perf/classify_latency.py``), and its vectors keep a cosine of
 0.99 with the float model's (per-channel, MatMul-only quantisation). Only the first
 ``max_tokens`` tokens are embedded: the classifier and the cache need the gist, and
 the cost grows with the length. Texts of a batch are grouped by length so padding
@@ -152,7 +152,7 @@ class OnnxEmbedder:
         options = ort.SessionOptions()
         # One thread by default: a one-row run of ~30 tokens is too small to split, and
         # a pool of threads that sleep and wake on every operator cost 1.8x the CPU of
-        # one thread (3.7 vs 2.0 ms a short prompt, bench/embed_cpu.py); more throughput
+        # one thread (3.7 vs 2.0 ms a short prompt, bench/perf/embed_cpu.py); more throughput
         # comes from more ``workers``, each on its own core.
         options.intra_op_num_threads = threads or 1
         options.inter_op_num_threads = 1

@@ -1,6 +1,6 @@
 """Per-tier quality: for each tier, a calibrated P(its answer is acceptable | prompt).
 
-The model behind it (``routers/quality_training.py``) is an item-response model: every
+The model behind it (``routers/training/quality_fit.py``) is an item-response model: every
 prompt has a difficulty read off its embedding and text features, every scored model an
 ability, and P(model m answers prompt x acceptably) = sigmoid(ability_m + slope_m ·
 easiness(x)), calibrated per model on benchmarks the item function never saw. Folded,

@@ -1,6 +1,6 @@
 """Regional signal check: where the quality model has no evidence, no ranking.
 
-The per-model Platt maps of ``routers/quality_training.py`` say, for the training pool as
+The per-model Platt maps of ``routers/training/quality_fit.py`` say, for the training pool as
 a whole, how sharp the item function is on benchmark families it never saw. That hides
 regions of traffic where a tier's model was never observed at all: RouterBench's three
 models answered only ARC-Challenge (and two of them the golden MMLU/GSM8K), so what the

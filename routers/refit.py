@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from policies.feedback_store import Decision, Label
+from policies.stores.feedback import Decision, Label
 from routers.tier_quality import Array, TierQuality
 
 F64 = npt.NDArray[np.float64]

@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager, contextmanager
 
 import redis
 
-from policies.store_redis import RedisStore
+from policies.stores.store_redis import RedisStore
 from tiergate_testing.net import free_port
 
 REDIS7_URL = "redis://127.0.0.1:6379/0"

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import Field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,8 @@ import httpx
 import uvicorn
 import yaml
 
-from gateway.app import create_app, serving_core
+from gateway.app import create_app
+from gateway.core.serving import ServingCore
 from gateway.edge.server import server_config
 from gateway.state import GatewayState
 from policies.schema import GatewayConfig
@@ -63,16 +65,24 @@ class RunningGateway:
 
     def swap(self, **collaborators: Any) -> None:
         """Replace collaborators of the running gateway (``classifier=``, ``embedder=``, a
-        failing ``ledger=``…) and rebuild its serving core over them, as startup builds
-        it; requests that follow run on the new core."""
+        failing ``ledger=``…: the router's, the money's or the core's own) in a new serving
+        core over the same snapshot; requests that follow run on it."""
 
         async def apply() -> None:
             state = self.state
-            for name, value in collaborators.items():
-                setattr(state, name, value)
-            state.core = serving_core(state)
+            parts = state.parts
+            changes = dict(collaborators)
+            router = replace(parts.router, **_take(changes, fields(parts.router)))
+            money = replace(parts.money, **_take(changes, fields(parts.money)))
+            new = replace(parts, router=router, money=money, **changes)
+            state.core = ServingCore(state.config, new)
 
         self.call(apply())
+
+
+def _take(changes: dict[str, Any], names: tuple[Field[Any], ...]) -> dict[str, Any]:
+    """The changes among ``names``, removed from ``changes``."""
+    return {f.name: changes.pop(f.name) for f in names if f.name in changes}
 
 
 async def concurrent_chats(base_urls: Sequence[str], n: int, **params: Any) -> list[Any]:

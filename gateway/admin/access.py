@@ -11,11 +11,11 @@ from gateway.admin.auth import admin_digest, require_admin
 from gateway.admin.session import COOKIE, Sessions
 from gateway.errors import InvalidApiKey, ServiceUnavailable
 from gateway.state import GatewayState
-from policies.store import StoreUnavailable
+from policies.stores.store import StoreUnavailable
 
 
 def sessions(state: GatewayState) -> Sessions:
-    return Sessions(state.store, state.config.admin.session_ttl_s)
+    return Sessions(state.parts.store, state.config.admin.session_ttl_s)
 
 
 async def has_session(request: Request, state: GatewayState) -> bool:

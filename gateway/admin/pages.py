@@ -25,8 +25,8 @@ from gateway.edge.http import read_body
 from gateway.errors import ApiError, InvalidRequest, ServiceUnavailable
 from gateway.settings import get_settings
 from gateway.state import get_state
-from policies.audit import entry
-from policies.store import StoreUnavailable
+from policies.stores.audit import entry
+from policies.stores.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
 

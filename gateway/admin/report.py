@@ -9,9 +9,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from gateway.admin.budgets import ALL_TENANTS, BudgetLimit
-from policies.latency_buckets import quantile
-from policies.ledger import DayAggregate, SpendEvent
+from gateway.admin.limits import ALL_TENANTS, BudgetLimit
+from policies.stores.latency_buckets import quantile
+from policies.stores.ledger import DayAggregate, SpendEvent
 
 TOP_N = 10
 

@@ -12,7 +12,7 @@ import hashlib
 import hmac
 import secrets
 
-from policies.store import Store
+from policies.stores.store import Store
 
 COOKIE = "tiergate_admin"
 COOKIE_PATH = "/admin"

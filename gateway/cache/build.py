@@ -12,35 +12,35 @@ import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from gateway.cache.keys import namespace
 from gateway.cache.service import PromptCache
-from gateway.cache.storage import CacheStorage, CacheUnavailable
 from gateway.cache.verify import CandidateVerifier
 from policies.schema import CacheConfig, GatewayConfig
-from policies.store import Store, StoreUnavailable
-from policies.store_redis import RedisStore
-from policies.stores import redis_owner
+from policies.stores.cache.keys import namespace
+from policies.stores.cache.storage import CacheStorage, CacheUnavailable
+from policies.stores.factories import redis_owner
+from policies.stores.store import Store, StoreUnavailable
+from policies.stores.store_redis import RedisStore
 from routers.embedders import build_sentence_embedder
 from routers.embedding import Embedder, EmbedderUnavailable
-from routers.semantic_verify import load_lexicon
+from routers.verifier.alignment import load_lexicon
 
 log = logging.getLogger(__name__)
 
 
 def _memory(store: Store, config: CacheConfig) -> CacheStorage:
-    from gateway.cache.memory import MemoryStorage
+    from policies.stores.cache.memory import MemoryStorage
 
     return MemoryStorage()
 
 
 def _vectorset(store: Store, config: CacheConfig) -> CacheStorage:
-    from gateway.cache.vectorsets import VectorSetStorage
+    from policies.stores.cache.vectorsets import VectorSetStorage
 
     return VectorSetStorage(_cache_owner(store, config))
 
 
 def _stream(store: Store, config: CacheConfig) -> CacheStorage:
-    from gateway.cache.streamindex import StreamIndexStorage
+    from policies.stores.cache.streamindex import StreamIndexStorage
 
     owner = _cache_owner(store, config)
     return StreamIndexStorage(owner, root=config.key_prefix, maxlen=config.stream_maxlen)
@@ -116,8 +116,8 @@ async def open_cache(
 async def _learned_verifier(embedder: Embedder, folder: str | None) -> CandidateVerifier:
     """The cross-encoder next to the embedding (worker process or thread) and its
     calibration; without it every tenant falls back to the rules alone, loudly."""
-    from routers.verifier_model import MODEL_DIR, load_calibration
-    from routers.verifier_scorer import build_pair_scorer
+    from routers.verifier.model import MODEL_DIR, load_calibration
+    from routers.verifier.scorer import build_pair_scorer
 
     path = Path(folder) if folder else MODEL_DIR
     try:

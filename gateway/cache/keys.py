@@ -1,16 +1,16 @@
-"""What makes two requests the same: the exact key, the semantic prefix, the Redis key names.
+"""What makes two requests the same: the exact key and the semantic prefix.
 
 The exact key covers everything that changes the output: tenant, requested model or
 tier, every message, and every generation parameter the engine sees. The semantic
 prefix covers the same minus the *text* of the last user message, plus a guard over
 that text (its numbers and negations), because a sentence embedding barely moves
-when "5 km" becomes "50 km" or "is" becomes "is not".
+when "5 km" becomes "50 km" or "is" becomes "is not". The Redis key names are the
+store's (``policies.stores.cache.keys``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,58 +19,9 @@ import orjson
 
 from backends.base import GenerationRequest
 from routers.embedding import last_user_text
-from routers.semantic_guard import guard
+from routers.verifier.guard import guard
 
 VERSION = "2"  # bump when the key layout or the stored record changes
-_NAMESPACE_OK = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-
-
-def namespace(tenant: str) -> str:
-    """The tenant's key namespace: its name when that is key-safe, else a digest of it."""
-    if _NAMESPACE_OK.match(tenant):
-        return tenant
-    return "h" + hashlib.sha256(tenant.encode()).hexdigest()[:24]
-
-
-@dataclass(frozen=True, slots=True)
-class CacheKeys:
-    """Redis key names for one tenant; the ``{namespace}`` hash tag keeps them in one
-    cluster slot, so the Lua scripts may touch them together."""
-
-    root: str  # CacheConfig.key_prefix
-    ns: str
-
-    @property
-    def base(self) -> str:
-        return f"{self.root}:{{{self.ns}}}"
-
-    def entry(self, digest: str) -> str:
-        return f"{self.base}:e:{digest}"
-
-    @property
-    def order(self) -> str:
-        """Sorted set: entry digest → time stored (ms); eviction order, count, flush."""
-        return f"{self.base}:order"
-
-    @property
-    def vectors(self) -> str:
-        """Redis 8 vector set of this tenant's semantic entries."""
-        return f"{self.base}:vset"
-
-    @property
-    def stats(self) -> str:
-        """Hash of this tenant's lookup figures, summed by every replica (cache/stats.py)."""
-        return f"{self.base}:stats"
-
-    @property
-    def labels(self) -> str:
-        """List of feedback labels (a served pair flagged wrong), newest first, capped."""
-        return f"{self.base}:labels"
-
-
-def stream_key(root: str) -> str:
-    """Redis 7 path: every replica tails this stream to keep its index in sync."""
-    return f"{root}:events"
 
 
 def _canonical(value: Any) -> bytes:

@@ -29,13 +29,14 @@ from typing import Literal, TypeVar
 import orjson
 
 from backends.base import GenerationRequest
-from gateway.cache.keys import CacheKeys, Fingerprint, fingerprint, namespace
+from gateway.cache.keys import Fingerprint, fingerprint
 from gateway.cache.record import CachedResponse
 from gateway.cache.stats import TenantStats
-from gateway.cache.storage import CacheStorage, CacheUnavailable, Semantic, TenantUsage
 from gateway.cache.verify import CandidateVerifier
-from gateway.core.timing import timed
+from gateway.telemetry.timing import timed
 from policies.schema import CacheConfig, CachePolicy
+from policies.stores.cache.keys import CacheKeys, namespace
+from policies.stores.cache.storage import CacheStorage, CacheUnavailable, Semantic, TenantUsage
 from policies.tenants import Principal
 from routers.embedding import EmbeddingOnce
 

@@ -19,7 +19,7 @@ import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from gateway.cache.storage import CacheUnavailable
+from policies.stores.cache.storage import CacheUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,10 @@
 """Which semantic candidate, if any, may answer the asked question: rules, then the model.
 
 The candidates above the tenant's cosine threshold go through the rules first
-(``routers.semantic_veto``): one the rules accept is served at once; a vetoed one is
+(``routers.verifier.rules``): one the rules accept is served at once; a vetoed one is
 refused with its reason. What the rules leave undecided is refused under ``strict``,
 and under a ``max_wrong_rate`` target the closest of them (by cosine) is scored by the
-learned verifier (in the embedder worker, ``routers.verifier_scorer``) and served when
+learned verifier (in the embedder worker, ``routers.verifier.scorer``) and served when
 at or above the calibrated threshold. A verifier that fails or is missing refuses, never fails
 the request.
 """
@@ -16,13 +16,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gateway.cache.storage import Candidate
 from policies.schema import CachePolicy, VerifyTarget
+from policies.stores.cache.storage import Candidate
 from routers.batching import EmbeddingFailed
-from routers.semantic_verify import verified
-from routers.semantic_veto import rule_verdict
-from routers.verifier_model import Calibration
-from routers.verifier_scorer import PairScorer
+from routers.verifier.alignment import verified
+from routers.verifier.model import Calibration
+from routers.verifier.rules import rule_verdict
+from routers.verifier.scorer import PairScorer
 
 log = logging.getLogger(__name__)
 

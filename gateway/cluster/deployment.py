@@ -44,7 +44,7 @@ def discovery_of(state: GatewayState) -> Discovery:
     for name, spec in config.engines.items():
         if spec.discover is None:
             continue
-        pools = [state.pools[t] for t, tier in config.tiers.items() if name in tier.engines]
+        pools = [state.parts.pools[t] for t, tier in config.tiers.items() if name in tier.engines]
         pacing = Pacing(
             spec.discover.refresh_s, spec.discover.load_interval_s, spec.discover.probe_timeout_s
         )
@@ -56,7 +56,7 @@ def discovery_of(state: GatewayState) -> Discovery:
                 spec.options,
                 source_of(spec.discover),
                 pacing,
-                state.replicas[name],
+                state.parts.replicas[name],
                 pools,
             )
         )

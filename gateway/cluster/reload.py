@@ -7,7 +7,7 @@ request takes its core with its key lookup (``gateway.edge.http.tenant_call``) a
 to the end, so it runs wholly on the old policy or wholly on the new one, never a mix.
 What needs a restart (engines, tiers, the classifier) must stay the same, or the file is
 refused and the running policy kept.
-Triggers: SIGHUP, and ``POST /admin/api/policies/reload``.
+Triggers: SIGHUP, and ``POST /admin/api/policies/reload`` (``gateway.admin.policies``).
 """
 
 from __future__ import annotations
@@ -16,16 +16,8 @@ import asyncio
 import logging
 import signal
 from dataclasses import dataclass
-from typing import Any
 
-import orjson
-from starlette.requests import Request
-from starlette.responses import Response
-
-from gateway.admin.auth import require_admin
-from gateway.errors import InvalidRequest
-from gateway.routes.admin_audit import record
-from gateway.state import GatewayState, get_state
+from gateway.state import GatewayState
 from policies.feedback_spec import JudgeSpec
 from policies.loader import ConfigError
 from policies.schema import GatewayConfig
@@ -90,8 +82,7 @@ async def reload_policies(state: GatewayState) -> Reloaded:
     config, keyring = await asyncio.to_thread(_prepare, state)
     # No await between these lines: no request can see half of the change. A request
     # holds the core it took with its key; the new core serves the ones that follow.
-    state.config, state.keyring = config, keyring
-    state.core = state.core.reconfigured(config)
+    state.core, state.keyring = state.core.reconfigured(config), keyring
     state.keys.reconfigure(config, keyring)
     log.info("policies reloaded: %d tenants", len(config.tenants))
     return Reloaded(len(config.tenants), config.routing.thresholds)
@@ -125,25 +116,3 @@ def remove_sighup() -> None:
         asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
     except (RuntimeError, ValueError, NotImplementedError, AttributeError):
         return
-
-
-async def reload_endpoint(request: Request) -> Response:
-    """``POST /admin/api/policies/reload`` (admin key)."""
-    state = get_state(request)
-    require_admin(request, state)
-    try:
-        done = await reload_policies(state)
-    except PolicyRejected as exc:
-        await record(request, state, "policies.reload_refused", "policies", None,
-                     {"problems": exc.problems})  # fmt: skip
-        raise InvalidRequest(
-            "policy file refused, the running policy stays: " + "; ".join(exc.problems),
-            code="invalid_policy",
-        ) from exc
-    body: dict[str, Any] = {
-        "status": "reloaded",
-        "tenants": done.tenants,
-        "thresholds": list(done.thresholds),
-    }
-    await record(request, state, "policies.reload", "policies", None, body)
-    return Response(orjson.dumps(body), media_type="application/json")

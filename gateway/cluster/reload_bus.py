@@ -1,6 +1,7 @@
 """Policy reloads published through Redis, so one call reaches every front.
 
-``POST /admin/api/policies/reload`` on any front reloads that front (``gateway.cluster.reload``
+``POST /admin/api/policies/reload`` (``gateway.admin.policies``) on any front reloads that
+front (``gateway.cluster.reload``
 does the reading, checking and swapping) and then publishes the new config version on
 the ``<redis_prefix>:policies:reload`` channel. Every other front hears it on its own
 subscription, reloads from its own config file the same way, and compares versions:
@@ -20,11 +21,9 @@ from typing import Any
 
 import orjson
 from redis.exceptions import RedisError
-from starlette.requests import Request
-from starlette.responses import Response
 
-from gateway.cluster.reload import PolicyRejected, reload_endpoint, reload_policies
-from gateway.state import GatewayState, get_state
+from gateway.cluster.reload import PolicyRejected, reload_policies
+from gateway.state import GatewayState
 from policies.schema import GatewayConfig
 
 log = logging.getLogger(__name__)
@@ -128,21 +127,3 @@ class ReloadBus:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
         await self._redis.aclose()
-
-
-async def reload_and_publish(request: Request) -> Response:
-    """``POST /admin/api/policies/reload``: reload here, then on every front."""
-    response = await reload_endpoint(request)
-    cluster = getattr(request.app.state, "tiergate_cluster", None)
-    bus: ReloadBus | None = cluster.bus if cluster is not None else None
-    state = get_state(request)
-    body = orjson.loads(bytes(response.body))
-    body["version"] = version = config_version(state.config)
-    if bus is not None:
-        try:
-            body["fronts_listening"] = await bus.publish(version)
-        except RedisError as exc:
-            log.error("reload bus: publish failed: %s", exc)
-            body["fronts_listening"] = None
-            body["publish_error"] = "Redis did not take the message; other fronts keep theirs"
-    return Response(orjson.dumps(body), media_type="application/json")

@@ -9,7 +9,7 @@ takes the core once, with its key lookup, and runs wholly on it: ``route(ask)`` 
 admit (the request's ``Hold``: rate limit, budget) → the cache (its ``CacheProbe``), or
 a stream on the tier's pool (failing over along the tier chain before the first token)
 → typed chunks to the wire format → one ``Outcome`` → settle. It knows no JSON and no
-HTTP: wire formats are at the edge (``gateway.wire.format``, ``gateway.core.respond``).
+HTTP: wire formats are at the edge (``gateway.wire.format``, ``gateway.edge.respond``).
 """
 
 from __future__ import annotations
@@ -17,45 +17,37 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
 
 from backends.base import Chunk, GenerationRequest
 from backends.errors import EngineError, EngineUnavailable
 from backends.pool import EnginePool, Replica, StreamInfo
 from gateway.cache.record import CachedResponse, Recorder
-from gateway.cache.service import PromptCache
-from gateway.core.outcome import Charges, Outcome, Progress, conclude
-from gateway.core.timing import current_timer, timed
+from gateway.cache.service import CacheProbe, Lookup, PromptCache
 from gateway.errors import ApiError, GatewayTimeout, from_engine_error
-from gateway.feedback.service import Feedback
-from gateway.money.hold import Hold, Money
-from gateway.routing.route import Ask, RoutedRequest, Router, route
+from gateway.learning.service import Feedback
+from gateway.money.hold import Hold, Money, refusal
+from gateway.money.outcome import conclude
+from gateway.routing.route import Router, embedding_of, route
 from gateway.telemetry import observe
 from gateway.telemetry.metrics import GatewayMetrics
+from gateway.telemetry.timing import current_timer, timed
 from gateway.telemetry.tracing import GENERATION, SETTLEMENT, current_trace
-from gateway.wire.responses_store import ResponseStore
+from gateway.types import Ask, Charges, Outcome, Progress, Readiness, RoutedRequest
 from policies.schema import GatewayConfig
-from policies.store import Store
+from policies.stores.responses import ResponseStore
+from policies.stores.store import Store
 from routers.decision import TierDecision
 from routers.wordpiece import ServedEmbedder
 
 log = logging.getLogger(__name__)
 
 
-class Readiness:
-    """Whether this process serves: set once started, cleared at shutdown."""
-
-    __slots__ = ("ready",)
-
-    def __init__(self) -> None:
-        self.ready = False
-
-
 @dataclass(frozen=True, slots=True)
 class Collaborators:
     pools: Mapping[str, EnginePool]
-    replicas: Mapping[str, Sequence[Replica]]
+    replicas: dict[str, list[Replica]]  # discovered engine nodes join their engine's list
     router: Router
     money: Money
     cache: PromptCache | None
@@ -76,13 +68,26 @@ class ServingCore:
         """The core for a reloaded policy: the same collaborators, the new snapshot."""
         return ServingCore(config, self.parts)
 
-    async def route(self, ask: Ask, *, explain: bool = False) -> RoutedRequest:
+    async def start(self, ask: Ask) -> Run:
+        """The request's cache lookups, its tier, and its ``Run`` (not yet admitted)."""
         parts = self.parts
-        return await route(self.config, parts.router, parts.cache, ask, explain=explain)
+        embedding = embedding_of(parts.router, ask.generation)
+        probe = None
+        if parts.cache is not None:
+            generation, control = ask.generation, ask.cache_control
+            probe = parts.cache.probe(
+                ask.principal, ask.requested_model, generation, control, embedding
+            )
+        found = await probe.found() if probe is not None and probe.looks_up else None
+        cached = found is not None and found.response is not None
+        routed = await route(self.config, parts.router, ask, embedding, cached=cached)
+        return Run(routed, probe, found, parts.pools, parts.money, parts.metrics, parts.feedback)
 
-    def run(self, routed: RoutedRequest) -> Run:
-        parts = self.parts
-        return Run(routed, parts.pools, parts.money, parts.metrics, parts.feedback)
+    async def route(self, ask: Ask) -> RoutedRequest:
+        """The tier alone, as ``start`` would decide it (``/v1/route``, token counts): no
+        cache lookup, and the request is not counted as traffic."""
+        embedding = embedding_of(self.parts.router, ask.generation)
+        return await route(self.config, self.parts.router, ask, embedding, explain=True)
 
 
 class Run:
@@ -96,12 +101,15 @@ class Run:
     def __init__(
         self,
         routed: RoutedRequest,
+        probe: CacheProbe | None,
+        found: Lookup | None,
         pools: Mapping[str, EnginePool],
         money: Money,
         metrics: GatewayMetrics,
         feedback: Feedback | None = None,
     ) -> None:
         self.routed = routed
+        self.probe, self.found = probe, found  # the cache's half of the request
         self.config = routed.config
         self.pools = pools
         self.metrics = metrics
@@ -109,7 +117,7 @@ class Run:
         model = decision.pinned_model or routed.generation.model
         self.progress = Progress(decision.tier, model, decision.trail)
         self.outcome: Outcome | None = None
-        self.hold = Hold.for_generation(money, routed, self._end)
+        self.hold = Hold.for_generation(money, routed)
         self._stream: AsyncIterator[Chunk] | None = None
         self._first: Chunk | None = None
         self._deadline = asyncio.get_running_loop().time() + self.config.server.request_timeout_s
@@ -145,7 +153,11 @@ class Run:
         """Admit, then get the first chunk, failing over along the tier chain while
         nothing was sent."""
         with timed("budget.reservation"):
-            await self.hold.open()
+            try:
+                await self.hold.open()
+            except ApiError as exc:  # refused: the outcome says why; ``close`` records it
+                self._end(*refusal(exc))
+                raise
         self._admitted()
         if not await self._from_cache():
             await self._dispatch()
@@ -230,12 +242,11 @@ class Run:
         self._stream, self._first = stream, first
 
     async def _from_cache(self) -> bool:
-        """Answer from the cache if it has the answer; else arrange to store the live one."""
-        probe = self.routed.cache
+        """Answer from the cache if it had the answer; else arrange to store the live one."""
+        probe, found = self.probe, self.found
         if probe is None:
             return False
-        if probe.looks_up:
-            found = await probe.found()
+        if found is not None:
             self.progress.cache, self.progress.similarity = found.status, found.similarity
             if found.response is not None:
                 self.progress.cache_entry = found.entry_id  # a verdict on it evicts it
@@ -302,7 +313,7 @@ class Run:
 
     async def _fill_cache(self) -> None:
         """Only a stream that ran to its natural end reaches here: store it."""
-        probe, recorder, outcome = self.routed.cache, self._recorder, self.outcome
+        probe, recorder, outcome = self.probe, self._recorder, self.outcome
         if probe is None or recorder is None or outcome is None or outcome.error is not None:
             return
         finished = recorder.finished(
@@ -320,7 +331,7 @@ class Run:
         """The request has ended: compute its one ``Outcome`` and record metrics and trace."""
         if self.outcome is not None:
             return self.outcome
-        probe, ticket = self.routed.cache, self.hold.ticket
+        probe, ticket = self.probe, self.hold.ticket
         charges = Charges(
             prompt_upper=ticket.prompt_upper if ticket is not None else 0,
             hit_charge=probe.hit_charge if probe is not None else 0.0,
@@ -347,11 +358,11 @@ class Run:
         if self._stream is not None and not self._draining:
             self._draining = True
             await _aclose(self._stream)
+        outcome = self._end("cancelled")  # how it ended, unless it already had
         if self.feedback is not None and not self._fed:
             self._fed = True  # once per request: its record, and its shadow pair when sampled
-            outcome, entry = self._end("cancelled", None), self.progress.cache_entry
-            self.feedback.finished(self.routed, outcome, self._tap, entry)
-        await self.hold.close()
+            self.feedback.finished(self.routed, outcome, self._tap, self.progress.cache_entry)
+        await self.hold.close(outcome)
 
     def headers(self) -> dict[str, str]:
         """From the ``Outcome`` once the request has ended (a whole answer), else from

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -16,8 +16,9 @@ from starlette.routing import request_response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.core.serving import ServingCore
-from gateway.core.timing import begin_request
+from gateway.edge.openapi import security_scheme
 from gateway.errors import (
+    ApiError,
     InvalidApiKey,
     InvalidRequest,
     PayloadTooLarge,
@@ -25,21 +26,22 @@ from gateway.errors import (
     ServiceUnavailable,
 )
 from gateway.state import GatewayState
-from gateway.telemetry.tracing import AUTH, stage, traced
-from gateway.wire.sse import wait_disconnect
-from policies.key_directory import KeyDirectory
-from policies.store import StoreUnavailable
+from gateway.telemetry.timing import begin_request
+from gateway.telemetry.tracing import AUTH, RequestTrace, Tracing, active, stage
+from gateway.wire.sse import EventStreamResponse, wait_disconnect
+from policies.stores.key_directory import KeyDirectory
+from policies.stores.store import StoreUnavailable
 from policies.tenants import Principal
 
 T = TypeVar("T")
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
 
-class GatewayRoute(APIRoute):
+class GatewayEndpoint(APIRoute):
     """FastAPI's route, resolving the one-dependency routes of ``gateway.edge.deps`` directly.
 
     FastAPI's general resolver costs tens of microseconds per request on this path
-    (``bench/route_overhead.py``). A route whose parameters are only ``request`` and
+    (``bench/perf/route_overhead.py``). A route whose parameters are only ``request`` and
     dependencies that themselves take only ``request`` is called as FastAPI would call
     it, without the general machinery; any other route, or any dependency override,
     takes FastAPI's own path. The schema is FastAPI's either way.
@@ -73,7 +75,7 @@ class GatewayRoute(APIRoute):
         return direct
 
 
-def _without_exit_stacks(route: GatewayRoute, general: ASGIApp) -> ASGIApp:
+def _without_exit_stacks(route: GatewayEndpoint, general: ASGIApp) -> ASGIApp:
     """The route's ASGI app as Starlette builds it: FastAPI's also opens two exit stacks
     per request for dependencies with ``yield``, which a direct route has none of. With a
     dependency override, FastAPI's own (its resolver may need them)."""
@@ -116,7 +118,7 @@ def _direct(dependant: Dependant) -> bool:
     )
 
 
-class TracedRoute(GatewayRoute):
+class TracedEndpoint(GatewayEndpoint):
     """A generation route: its root span and stage timer start before the dependencies
     (auth included) run; the route's ``name`` is the span's operation."""
 
@@ -197,6 +199,7 @@ class TenantCall:
     principal: Principal
 
 
+@security_scheme("tenantKey")
 async def tenant_call(request: Request) -> TenantCall:
     """The tenant behind the key (``state.keys`` decides), and the core to run on.
 
@@ -229,3 +232,45 @@ async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
     finally:
         finished = True
         watcher.cancel()
+
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def traced(operation: str, handler: Endpoint) -> Endpoint:
+    """Wrap a route: a root span per request, ended when the response (or stream) ends."""
+
+    async def endpoint(request: Request) -> Response:
+        tracing: Tracing = request.app.state.tiergate.tracing
+        if tracing.tracer is None:
+            return await handler(request)
+        trace = tracing.begin(operation, request)
+        try:
+            with active(trace):
+                response = await handler(request)
+        except ApiError as exc:
+            if exc.detail:  # what the upstream said: for the operator, never the client
+                trace.root.set_attribute("tiergate.error.detail", exc.detail)
+            trace.end(exc.status, exc.code or exc.type)
+            raise
+        except BaseException as exc:
+            trace.end(500, type(exc).__name__)
+            raise
+        if isinstance(response, EventStreamResponse):
+            response.events = _ending(response.events, trace)
+        else:
+            trace.end(response.status_code)
+        return response
+
+    return endpoint
+
+
+async def _ending(
+    events: AsyncGenerator[bytes, None], trace: RequestTrace
+) -> AsyncGenerator[bytes, None]:
+    try:
+        async for data in events:
+            yield data
+    finally:
+        await events.aclose()
+        trace.end(200)

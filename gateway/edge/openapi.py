@@ -1,46 +1,29 @@
-"""``GET /openapi.json``: generated from the wire models, never written by hand.
+"""``GET /openapi.json``: generated from the endpoint families, never written by hand.
 
 Routes parse their bodies themselves (``gateway.wire.common.parse_body``: bounded
 reads, orjson, OpenAI-shaped 400s naming the ``param``), so FastAPI does not see the
-body models; each route names its model with ``request_body`` and the schema builder
-adds the models' JSON schemas as components. Errors are declared per route with
-``errors`` (the ``ErrorResponse`` wire model).
+body models; each route names its model with ``request_body``, each family lists the
+models its routes parse (``gateway.edge.family``), and the schema builder adds their
+JSON schemas as components. Errors are declared per route with ``errors`` (the
+``ErrorResponse`` wire model); each route's security scheme is the one its dependency
+is marked with (``security_scheme``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from gateway.edge.deps import SECURITY
-from gateway.wire.admin import BudgetUpdate, KeyCreate, KeyUpdate, TenantCreate, TenantUpdate
-from gateway.wire.chat import ChatCompletionRequest
-from gateway.wire.completions import CompletionRequest
-from gateway.wire.embeddings import EmbeddingRequest
 from gateway.wire.errors import AnthropicError, ErrorResponse
-from gateway.wire.feedback import FeedbackRequest
-from gateway.wire.messages import CountTokensRequest, MessagesRequest
-from gateway.wire.responses import CreateResponse
 
-BODY_MODELS: tuple[type[BaseModel], ...] = (
-    ChatCompletionRequest,
-    CompletionRequest,
-    EmbeddingRequest,
-    FeedbackRequest,
-    CreateResponse,
-    MessagesRequest,
-    CountTokensRequest,
-    BudgetUpdate,
-    KeyCreate,
-    KeyUpdate,
-    TenantCreate,
-    TenantUpdate,
-)
 REF = "#/components/schemas/{model}"
+SCHEME = "tiergate_security_scheme"  # the attribute ``security_scheme`` sets on a dependency
+F = TypeVar("F", bound=Callable[..., Any])
 SECURITY_SCHEMES = {
     "tenantKey": {"type": "http", "scheme": "bearer", "description": "a tenant API key"},
     "adminKey": {
@@ -95,8 +78,18 @@ MESSAGES_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+def security_scheme(name: str) -> Callable[[F], F]:
+    """Marks a dependency with the scheme of ``SECURITY_SCHEMES`` it checks."""
+    assert name in SECURITY_SCHEMES, name
+
+    def mark(dependency: F) -> F:
+        setattr(dependency, SCHEME, name)
+        return dependency
+
+    return mark
+
+
 def _ref(model: type[BaseModel]) -> dict[str, str]:
-    assert model in BODY_MODELS, f"add {model.__name__} to BODY_MODELS"
     return {"$ref": REF.format(model=model.__name__)}
 
 
@@ -107,14 +100,19 @@ def request_body(*models: type[BaseModel]) -> dict[str, Any]:
 
 
 class GatewayApp(FastAPI):
-    """FastAPI whose schema also carries the wire models the routes parse themselves."""
+    """FastAPI whose schema also carries the wire models the routes parse themselves
+    (``bodies``: every family's, given by the app as it mounts them)."""
+
+    bodies: Sequence[type[BaseModel]] = ()
 
     def openapi(self) -> dict[str, Any]:
         if self.openapi_schema is None:
             schema = super().openapi()
-            _, defs = models_json_schema([(m, "validation") for m in BODY_MODELS], ref_template=REF)
+            bodies = dict.fromkeys(self.bodies)
+            _, defs = models_json_schema([(m, "validation") for m in bodies], ref_template=REF)
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             components.update(defs.get("$defs", {}))
+            _check_refs(schema["paths"], components)
             # Parameter errors answer 400 in OpenAI's shape (gateway.edge.error_boundary), not 422.
             for path in schema["paths"].values():
                 for operation in path.values():
@@ -131,8 +129,20 @@ class GatewayApp(FastAPI):
         for route in self.routes:
             if not isinstance(route, APIRoute) or route.path_format not in paths:
                 continue
-            schemes = {SECURITY[d.call] for d in route.dependant.dependencies if d.call in SECURITY}
+            marked = (getattr(d.call, SCHEME, None) for d in route.dependant.dependencies)
+            schemes = {scheme for scheme in marked if scheme is not None}
             for method in route.methods:
                 operation = paths[route.path_format].get(method.lower())
                 if operation is not None and schemes:
                     operation["security"] = [{name: []} for name in sorted(schemes)]
+
+
+def _check_refs(paths: dict[str, Any], components: dict[str, Any]) -> None:
+    """Every request body a route names is one a family declared."""
+    for path, operations in paths.items():
+        for operation in operations.values():
+            content = operation.get("requestBody", {}).get("content", {})
+            schema = content.get("application/json", {}).get("schema", {})
+            for ref in [schema, *schema.get("anyOf", ())]:
+                name = ref.get("$ref", "").rsplit("/", 1)[-1]
+                assert not name or name in components, f"{path}: no family declares {name}"

@@ -1,1 +1,0 @@
-"""``routing.feedback``: shadow answers, the judge, client verdicts, records and refits."""

@@ -3,43 +3,46 @@
 ``Hold.open`` checks the rate limits and reserves the worst case (``admit_worst``: 429,
 503 fail-closed, or the money held for a cheaper tier the tenant can afford), then keeps
 the hold alive with a heartbeat while the request runs; ``run_cap`` is what the engine
-may generate on a tier without outgrowing the reservation; ``close`` stops the heartbeat
-and settles what the request came to (``settle``: the charge and its ledger event) or
-records its refusal, in a task of its own. In one task::
+may generate on a tier without outgrowing the reservation; ``close(outcome)`` stops the
+heartbeat and settles what the request came to (``settle``: the charge and its ledger
+event) or records its refusal (``outcome.denied``), in a task of its own::
 
-    async with Hold(money, config, call, worst, rate_tokens, end) as hold: ...
+    hold = Hold(money, config, call, worst, rate_tokens)
+    try:
+        await hold.open()          # raises the refusal; its ``denied`` names the reason
+        ...                        # the request runs
+    finally:
+        await hold.close(outcome)  # once the request has ended, however it ended
 
-or across tasks (a stream is closed by the response writing it): ``await hold.open()``,
-later ``await hold.close()``. ``end(error, denied)`` is the request's one ``Outcome``:
-computed on its first call, returned unchanged after, so a refusal ends the request
-before ``open`` raises and ``close`` settles whatever it ended as. Every function here
-takes the ``Money`` collaborator (the stores) and the request's config snapshot.
+A stream is closed by the response writing it, in another task. The hold never asks
+its request anything: the request computes its one ``Outcome`` and hands it over. Every
+function here takes the ``Money`` collaborator (the stores) and the request's config
+snapshot.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
-from gateway.core.outcome import Outcome
-from gateway.core.timing import timed
 from gateway.errors import ApiError, InsufficientQuota, RateLimited, ServiceUnavailable
 from gateway.money.spend import WorstCase, admission_worst, run_cap
-from policies.budget import GLOBAL_SCOPE, BudgetStore, Denied, Reservation
-from policies.ledger import Ledger
-from policies.ratelimit import RateLimiter
+from gateway.telemetry.timing import timed
+from gateway.types import Outcome
 from policies.schema import GatewayConfig
-from policies.settle_journal import SettleJournal
-from policies.spending import budget_scopes, rate_scopes
-from policies.store import StoreUnavailable
+from policies.stores.budget import GLOBAL_SCOPE, BudgetStore, Denied, Reservation
+from policies.stores.ledger import Ledger
+from policies.stores.ratelimit import RateLimiter
+from policies.stores.settle_journal import SettleJournal
+from policies.stores.spending import budget_scopes, rate_scopes
+from policies.stores.store import StoreUnavailable
 from policies.tenants import Principal
 
 if TYPE_CHECKING:
-    from gateway.routing.route import RoutedRequest
+    from gateway.types import RoutedRequest
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +102,6 @@ class Admitted(Protocol):
     def metadata(self) -> Mapping[str, str] | None: ...  # the client's, for the ledger
 
 
-Ending = Callable[[str | None, str | None], Outcome]
-
-
 class Hold:
     """Reservation, heartbeat, run cap and settlement of one request."""
 
@@ -112,49 +112,31 @@ class Hold:
         call: Admitted,
         worst: Sequence[WorstCase],
         rate_tokens: int,
-        end: Ending,
     ) -> None:
         self.money, self.config, self.call = money, config, call
-        self.worst, self.rate_tokens, self.end = worst, rate_tokens, end
+        self.worst, self.rate_tokens = worst, rate_tokens
         self.ticket: Ticket | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._settling: asyncio.Task[None] | None = None
 
     @classmethod
-    def for_generation(cls, money: Money, routed: RoutedRequest, end: Ending) -> Hold:
+    def for_generation(cls, money: Money, routed: RoutedRequest) -> Hold:
         """A generation's hold: its tier's worst case, then (a ``downgrade`` tenant) the
         cheaper tiers it may be moved to, most capable first."""
         config, decision = routed.config, routed.decision
         worst, rate_tokens = admission_worst(
             config, routed.generation, decision.tier, routed.principal.policy, decision.pinned_model
         )
-        return cls(money, config, routed, worst, rate_tokens, end)
+        return cls(money, config, routed, worst, rate_tokens)
 
     async def open(self) -> Ticket:
         """Rate limits, then one reservation; raises the refusal (``RateLimited``,
-        ``InsufficientQuota``, ``ServiceUnavailable``) once it is recorded. A hold that
-        failed to open is closed: there is nothing to ``close`` after it."""
-        try:
-            ticket = await admit_worst(self.money, self.call, self.worst, self.rate_tokens)
-        except RateLimited as exc:
-            await self._refused(exc.code or "rate_limited", "rate_limit")
-            raise
-        except InsufficientQuota as exc:
-            await self._refused(exc.code or "insufficient_quota", "budget")
-            raise
-        except ApiError as exc:  # the budget or rate-limit store is down (503)
-            await self._refused(exc.code or "refused", None)
-            raise
-        except BaseException:  # cancelled while admitting: nothing is held
-            await self.close()
-            raise
+        ``InsufficientQuota``, ``ServiceUnavailable``: ``refusal`` names it for the
+        request's ``Outcome``). Nothing is held after a refusal."""
+        ticket = await admit_worst(self.money, self.call, self.worst, self.rate_tokens)
         self.ticket = ticket
         self._heartbeat = keep_alive(self.money.budgets, self.config, ticket)
         return ticket
-
-    async def _refused(self, error: str, denied: str | None) -> None:
-        self.end(error, denied)
-        await self.close()
 
     @property
     def headers(self) -> tuple[tuple[str, str], ...]:
@@ -167,28 +149,26 @@ class Hold:
         assert self.ticket is not None, "open() first"
         return run_cap(self.config, tier, self.ticket.completion_cap, pinned)
 
-    async def close(self) -> None:
-        """Stop the heartbeat and settle; safe to call more than once, never raises.
-        Settlement is a task of its own: a request cancelled while closing still settles."""
+    async def close(self, outcome: Outcome) -> None:
+        """Stop the heartbeat and settle ``outcome`` (or record its refusal); the first
+        call settles, later ones wait for that settlement. Never raises. Settlement is a
+        task of its own: a request cancelled while closing still settles."""
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         if self._settling is None:
-            outcome = self.end("cancelled", None)
             self._settling = settle_later(self.money, self.call, self.ticket, outcome)
         if self._settling is not None:
             await asyncio.shield(self._settling)
 
-    async def __aenter__(self) -> Hold:
-        await self.open()
-        return self
 
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
+def refusal(exc: ApiError) -> tuple[str, str | None]:
+    """What a refused admission is recorded as: the error, and what refused it
+    (``rate_limit``, ``budget``; None: a store was down)."""
+    if isinstance(exc, RateLimited):
+        return exc.code or "rate_limited", "rate_limit"
+    if isinstance(exc, InsufficientQuota):
+        return exc.code or "insufficient_quota", "budget"
+    return exc.code or "refused", None
 
 
 async def reserve_best_tier(

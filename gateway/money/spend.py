@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import orjson
 
 from backends.base import GenerationRequest, Usage
-from gateway.core.part_pricing import non_text_bytes, non_text_parts, parts_upper_tokens
+from gateway.money.part_pricing import non_text_bytes, non_text_parts, parts_upper_tokens
 from policies.schema import GatewayConfig, TenantSpec
 from routers.decision import permitted_tiers
 

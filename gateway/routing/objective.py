@@ -2,7 +2,7 @@
 
 Each classified ``auto`` request adds its per-tier expected quality and cost, as the λ
 breakpoints of ``routers.objective.steps``, to this replica's pending sketch
-(``policies/lambda_sketch.py``); every ``target.sync_s`` the sketch is pooled with the
+(``routers/lambda_sketch.py``); every ``target.sync_s`` the sketch is pooled with the
 other replicas' through the store (``gateway/routing/pooled_counts.py``) and λ recomputed from
 the pooled window, so every replica routes by the same λ. Until ``target.min_samples``
 requests are pooled, each request meets the objective on its own (the trail says so).
@@ -18,9 +18,9 @@ import numpy as np
 import numpy.typing as npt
 
 from gateway.routing.pooled_counts import PooledCounts
-from policies.lambda_sketch import COST_UNIT, QUALITY_UNIT, cost_count, quality_count
 from policies.schema import GatewayConfig, ObjectiveConfig, RoutingConfig
-from policies.share_store import ShareStore
+from policies.stores.shares import ShareStore
+from routers.lambda_sketch import COST_UNIT, QUALITY_UNIT, cost_count, quality_count
 from routers.objective import (
     Objective,
     Operating,

@@ -3,7 +3,7 @@
 What ``routing.target_share`` (score bins) and ``routing.objective`` (λ trade-offs) learn
 from recent traffic: each replica keeps its new counts pending; every ``target.sync_s``
 one background task adds them to the current time bucket in the store and reads the
-window's buckets back (``policies/share_store.py``). The request path never waits on
+window's buckets back (``policies/stores/shares.py``). The request path never waits on
 the store: it reads what the last sync pooled. While the store is unreachable the
 pending counts are kept for the next sync.
 """
@@ -17,8 +17,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 
 from policies.schema import TargetShareConfig
-from policies.share_store import ShareStore
-from policies.store import StoreUnavailable
+from policies.stores.shares import ShareStore
+from policies.stores.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
 

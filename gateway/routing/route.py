@@ -1,10 +1,10 @@
-"""From a parsed request to a ``RoutedRequest``: the tier (classifying ``auto``), the
-cache probe and the request's one shared embedding. Nothing here runs a model.
+"""From an ``Ask`` to a ``RoutedRequest``: the tier (classifying ``auto``) and the
+request's one shared embedding. Nothing here runs a model or looks at the cache.
 
 The config is the snapshot the request took at admission; it travels in the
-``RoutedRequest`` and nothing after routing reads another. The exact cache is looked
-up before classification (its key does not depend on the tier): a hit skips it.
-The call to the router is ``_tier``: the score and per-tier predictions
+``RoutedRequest`` and nothing after routing reads another. The serving core asks the
+cache first (``gateway.core.serving``); a request the cache answers is routed without
+classifying it (``cached``). The call to the router is ``_tier``: the score and per-tier predictions
 (``_complexity``), the objective's choice or the learned thresholds, then ``_decide``.
 The per-tier model is read once per request, as the config is: with ``routing.feedback``
 the refit that serves (``Router.quality``, the feedback loop), else the classifier's own;
@@ -15,19 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from backends.base import GenerationRequest
 from backends.pool import Replica
-from gateway.cache.service import CacheProbe, PromptCache
-from gateway.core.capabilities import fit_tier
-from gateway.core.timing import timed
 from gateway.errors import InvalidRequest, ModelNotFound, PermissionDenied
+from gateway.routing.capabilities import fit_tier
 from gateway.routing.objective import ObjectiveLambda
 from gateway.routing.target_share import TargetShares
+from gateway.telemetry.timing import timed
+from gateway.types import Ask, RoutedRequest
 from policies.schema import GatewayConfig
 from policies.tenants import Principal
 from routers.batching import BatcherClosed, EmbeddingFailed
@@ -60,51 +59,6 @@ class Router:
     quality: QualitySource | None = None  # ``routing.feedback``: the serving refit
 
 
-@dataclass(frozen=True, slots=True)
-class Ask:
-    """A request as a wire format hands it to the core: who asks, for which model, the
-    engine request, and how the answer is wanted."""
-
-    principal: Principal
-    requested_model: str
-    generation: GenerationRequest
-    stream: bool
-    include_usage: bool
-    cache_control: str | None = None  # the request's ``Cache-Control`` header
-    forced_tier: str | None = None  # the request's ``x-tiergate-tier`` header
-    metadata: Mapping[str, str] | None = None  # the client's annotation: ledger and trace
-
-
-@dataclass(frozen=True, slots=True)
-class RoutedRequest:
-    """The request as routing left it; ``generation`` is the wire format's, unchanged."""
-
-    config: GatewayConfig  # the snapshot taken at admission, for the whole request
-    request_id: str
-    created: int
-    principal: Principal
-    requested_model: str
-    decision: TierDecision
-    generation: GenerationRequest
-    stream: bool
-    include_usage: bool
-    cache: CacheProbe | None = None  # None: the request bypasses the cache
-    embedding: EmbeddingOnce | None = None  # one per request: cache and classifier share it
-    complexity: ComplexityScore | None = None
-    classify_s: float | None = None  # how long the classification took, when it ran
-    quality_model: ServedQuality | None = None  # None: the classifier's own per-tier model
-    metadata: Mapping[str, str] | None = None  # the client's annotation (no engine sees it)
-
-    @property
-    def tier(self) -> str:
-        return self.decision.tier
-
-
-def new_request_id(prefix: str) -> str:
-    # 128 random bits, as uuid4 has, without building a UUID object on every request.
-    return f"{prefix}-{os.urandom(16).hex()}"
-
-
 def served_quality(config: GatewayConfig, router: Router) -> ServedQuality | None:
     """The per-tier model this request routes by: the feedback loop's serving one when the
     loop is on (None: the classifier's own). Read once per request."""
@@ -130,33 +84,33 @@ async def _complexity(
         return None, f"classification failed: {exc}"
 
 
+def embedding_of(router: Router, build: GenerationRequest) -> EmbeddingOnce | None:
+    """The request's one embedding (computed on first use): the last user message, or
+    the prompt. The classifier and the semantic cache share it."""
+    if router.embedder is None:
+        return None
+    text = last_user_text(build.messages) if build.messages else (build.prompt or "")
+    return EmbeddingOnce(router.embedder, text)
+
+
 async def route(
     config: GatewayConfig,
     router: Router,
-    cache: PromptCache | None,
     ask: Ask,
+    embedding: EmbeddingOnce | None,
     *,
+    cached: bool = False,
     explain: bool = False,
 ) -> RoutedRequest:
     """The tier for this request on the ``config`` snapshot; ``auto`` awaits the
-    classifier (off the event loop). The exact cache is looked up first, and a hit skips
-    classification. ``explain`` (``/v1/route``): no lookup, and the score stays out of
-    the target-share sketch (an explanation is not traffic)."""
+    classifier (off the event loop) unless the cache already has the answer
+    (``cached``). ``explain`` (``/v1/route``): the score stays out of the target-share
+    sketch (an explanation is not traffic)."""
     build = ask.generation
-    embedding = None
-    if router.embedder is not None:
-        text = last_user_text(build.messages) if build.messages else (build.prompt or "")
-        embedding = EmbeddingOnce(router.embedder, text)
-    probe = None
-    if cache is not None:
-        probe = cache.probe(ask.principal, ask.requested_model, build, ask.cache_control, embedding)
-    exact = None
-    if probe is not None and probe.looks_up and not explain:
-        exact = await probe.exact()
     complexity, note, classify_s = None, None, None
     served = None
-    if exact is not None and exact.response is not None:
-        note = "exact cache hit: classification skipped"
+    if cached:
+        note = "cache hit: classification skipped"
     elif ask.requested_model == "auto" and ask.forced_tier is None:
         served = served_quality(config, router)  # once: a refit swap cannot split it
         started = time.perf_counter()
@@ -178,7 +132,6 @@ async def route(
         generation=build,  # the engine request is built from it at dispatch (``Run``)
         stream=ask.stream,
         include_usage=ask.include_usage,
-        cache=probe,
         embedding=embedding,
         complexity=complexity,
         classify_s=classify_s,

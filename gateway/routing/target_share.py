@@ -17,9 +17,9 @@ from typing import Any
 
 from gateway.routing.pooled_counts import PooledCounts
 from policies.schema import RoutingConfig
-from policies.score_sketch import bin_of, thresholds_for
-from policies.share_store import ShareStore
+from policies.stores.shares import ShareStore
 from routers.decision import tier_for_score
+from routers.score_sketch import bin_of, thresholds_for
 
 POLICY = "routing"  # the gateway's one routing policy; the sketch's name in the store
 

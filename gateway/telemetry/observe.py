@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
-from gateway.core.outcome import Outcome
 from gateway.telemetry.metrics import GatewayMetrics, RequestRecord
 from gateway.telemetry.tracing import RequestTrace
+from gateway.types import Outcome
 
 if TYPE_CHECKING:
-    from gateway.routing.route import RoutedRequest
+    from gateway.types import RoutedRequest
 
 
 def operation(routed: RoutedRequest) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from time import perf_counter
@@ -36,11 +36,8 @@ from opentelemetry.trace import (
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
 from starlette.requests import Request
-from starlette.responses import Response
 
-from gateway.core.timing import StageTimer, current_timer
-from gateway.errors import ApiError
-from gateway.wire.sse import EventStreamResponse
+from gateway.telemetry.timing import StageTimer, current_timer
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +50,6 @@ BUDGET_RESERVATION = "budget.reservation"
 GENERATION = "generation"
 SETTLEMENT = "settlement"
 
-Endpoint = Callable[[Request], Awaitable[Response]]
 _NO_STAGE: AbstractContextManager[Span] = nullcontext(INVALID_SPAN)
 
 
@@ -148,6 +144,16 @@ def current_trace() -> RequestTrace:
     return _current.get()
 
 
+@contextmanager
+def active(trace: RequestTrace) -> Iterator[None]:
+    """``trace`` is the current one inside the block (``current_trace``, ``stage``)."""
+    token = _current.set(trace)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
 def stage(
     name: str, attributes: Mapping[str, AttributeValue] | None = None
 ) -> AbstractContextManager[Span]:
@@ -226,44 +232,3 @@ def open_tracing(provider: TracerProvider | None = None) -> Tracing:
     built.add_span_processor(BatchSpanProcessor(_otlp_exporter(env)))
     log.info("tracing: OTLP export on")
     return Tracing(built)
-
-
-def traced(operation: str, handler: Endpoint) -> Endpoint:
-    """Wrap a route: a root span per request, ended when the response (or stream) ends."""
-
-    async def endpoint(request: Request) -> Response:
-        tracing: Tracing = request.app.state.tiergate.tracing
-        if tracing.tracer is None:
-            return await handler(request)
-        trace = tracing.begin(operation, request)
-        token = _current.set(trace)
-        try:
-            response = await handler(request)
-        except ApiError as exc:
-            if exc.detail:  # what the upstream said: for the operator, never the client
-                trace.root.set_attribute("tiergate.error.detail", exc.detail)
-            trace.end(exc.status, exc.code or exc.type)
-            raise
-        except BaseException as exc:
-            trace.end(500, type(exc).__name__)
-            raise
-        finally:
-            _current.reset(token)
-        if isinstance(response, EventStreamResponse):
-            response.events = _ending(response.events, trace)
-        else:
-            trace.end(response.status_code)
-        return response
-
-    return endpoint
-
-
-async def _ending(
-    events: AsyncGenerator[bytes, None], trace: RequestTrace
-) -> AsyncGenerator[bytes, None]:
-    try:
-        async for data in events:
-            yield data
-    finally:
-        await events.aclose()
-        trace.end(200)

@@ -1,14 +1,29 @@
-"""The error bodies failures answer with, as models for ``/openapi.json``.
+"""The error bodies failures answer with: how a family writes them (``ErrorShape``), and
+their models for ``/openapi.json``.
 
-``gateway.errors.ApiError.body`` writes OpenAI's shape, ``gateway.wire.messages_output``
-Anthropic's (on ``/v1/messages``); a test checks each writer and its model agree.
+``gateway.errors.ApiError.body`` writes OpenAI's shape (``openai_error``), the Messages
+family Anthropic's (``gateway.messages.render.anthropic_error``); each family names its
+shape (``gateway.edge.family``) and the error boundary answers in it. A test checks each
+writer and its model agree.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
+from starlette.responses import Response
+
+from gateway.errors import ApiError
+
+# The response an error becomes on a family's routes, with extra headers (the request id).
+ErrorShape = Callable[[ApiError, dict[str, str]], Response]
+
+
+def openai_error(error: ApiError, headers: dict[str, str]) -> Response:
+    """OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``."""
+    return error.response(headers)
 
 
 class ErrorDetail(BaseModel):

@@ -1,5 +1,5 @@
 """Every OpenAI chat request field and what the gateway does with it (docs/openai-compat.md
-is the table for readers; ``tests/gateway/test_fields.py`` checks it per backend).
+is the table for readers; ``tests/gateway/chat/test_fields.py`` checks it per backend).
 
 ``core``: every backend honours it. A feature name (``tools``…): honoured by engines that
 declare that capability, 400 naming the field elsewhere. ``passthrough``: only an engine

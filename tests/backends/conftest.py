@@ -50,7 +50,7 @@ def engine_loop() -> Iterator[LoopThread]:
 
 @pytest.fixture(scope="session")
 def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The model the vLLM tests load; scripts/gpu_check.py may point at a local HF folder."""
+    """The model the vLLM tests load; bench/gpu/vllm_check.py may point at a local HF folder."""
     if os.environ.get("TIERGATE_TEST_VLLM_MODEL"):
         return Path(os.environ["TIERGATE_TEST_VLLM_MODEL"])
     from tiergate_testing.tiny_llama import build_tiny_llama

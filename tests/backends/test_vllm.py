@@ -100,7 +100,7 @@ def test_gateway_over_in_process_vllm(vllm_gateway: Any) -> None:
     system = long_prefix()
     messages = [{"role": "system", "content": system}, {"role": "user", "content": "hi"}]
     with openai.OpenAI(base_url=gw.base_url + "/v1", api_key=TEST_KEY, max_retries=0) as client:
-        engine = gw.state.replicas["tiny"][0].engine
+        engine = gw.state.parts.replicas["tiny"][0].engine
         params: dict[str, Any] = {"model": "small", "max_tokens": 12, "temperature": 0}
         whole = client.chat.completions.with_raw_response.create(messages=messages, **params)
         first = whole.parse()

@@ -36,7 +36,7 @@ class Deployment:
 
     def replicas(self) -> dict[str, Replica]:
         """Node port → its replica in the front's pool."""
-        pool = self.front.state.pools["small"]
+        pool = self.front.state.parts.pools["small"]
         return {r.name.rsplit(":", 1)[1]: r for r in pool.replicas}
 
     def served(self) -> dict[str, int]:

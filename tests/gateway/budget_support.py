@@ -11,11 +11,11 @@ from typing import Any
 
 import redis
 
-from policies.budget import Scope, ScopeStatus
-from policies.budget_redis import RedisBudgetStore
-from policies.ledger import SpendEvent
-from policies.ledger_redis import RedisLedger
-from policies.store_redis import RedisStore
+from policies.stores.budget import Scope, ScopeStatus
+from policies.stores.budget_redis import RedisBudgetStore
+from policies.stores.ledger import SpendEvent
+from policies.stores.ledger_redis import RedisLedger
+from policies.stores.store_redis import RedisStore
 from tiergate_testing.configs import fake_config
 
 REDIS_URL = "redis://127.0.0.1:6379/0"

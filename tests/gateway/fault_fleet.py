@@ -1,4 +1,4 @@
-"""A fleet under fault, for tests/gateway/test_faults_replicas.py.
+"""A fleet under fault, for tests/gateway/core/test_faults_replicas.py.
 
 ``Fleet``: its own Redis (never the shared one), real gateway replicas (``python -m
 gateway serve``) sharing it, and optionally an upstream process standing in for a remote
@@ -21,12 +21,12 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
-from policies.budget import GLOBAL_SCOPE, Scope, tenant_scope
-from policies.ledger import SpendEvent
-from policies.ledger_redis import RedisLedger
 from policies.schema import GatewayConfig
-from policies.spending import tenant_scopes
-from policies.store_redis import RedisStore
+from policies.stores.budget import GLOBAL_SCOPE, Scope, tenant_scope
+from policies.stores.ledger import SpendEvent
+from policies.stores.ledger_redis import RedisLedger
+from policies.stores.spending import tenant_scopes
+from policies.stores.store_redis import RedisStore
 from tests.gateway.budget_support import ADMIN_KEY, BudgetProbe, new_prefix
 from tests.gateway.fault_load import KEYS, TENANTS, Answer
 from tests.redis_servers import RedisProcess
@@ -35,7 +35,7 @@ from tiergate_testing.configs import fake_config
 from tiergate_testing.gateways import GatewayProcess, subprocess_env
 from tiergate_testing.net import free_port, wait_http
 
-# policies/settle_journal.py's log line for a settle the store refused
+# policies/stores/settle_journal.py's log line for a settle the store refused
 DEFERRED = re.compile(
     r"journal: (?:settle|charge) of (?P<id>\S+) \((?P<usd>[0-9.]+) USD\) deferred"
 )

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from policies.latency_buckets import BOUNDS_MS
-from policies.ledger import SpendEvent
+from policies.stores.latency_buckets import BOUNDS_MS
+from policies.stores.ledger import SpendEvent
 
 ADMIN_KEY = "tg-admin-key-for-tests-000111"
 TIERS = ("small", "medium", "large")

@@ -131,7 +131,7 @@ def test_unknown_model_is_404(client: openai.OpenAI) -> None:
 
 
 def test_oversized_body_is_413_and_nothing_runs(gateway) -> None:  # type: ignore[no-untyped-def]
-    before = gateway.state.replicas["fake-small"][0].engine.counters.started
+    before = gateway.state.parts.replicas["fake-small"][0].engine.counters.started
     huge = "x" * (gateway.state.config.server.max_body_bytes + 10)
     response = httpx.post(
         gateway.base_url + "/v1/chat/completions",
@@ -140,7 +140,7 @@ def test_oversized_body_is_413_and_nothing_runs(gateway) -> None:  # type: ignor
     )
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "request_too_large"
-    assert gateway.state.replicas["fake-small"][0].engine.counters.started == before
+    assert gateway.state.parts.replicas["fake-small"][0].engine.counters.started == before
 
 
 def test_second_tenant_key_works(gateway) -> None:  # type: ignore[no-untyped-def]
@@ -202,7 +202,7 @@ def test_an_engine_slower_than_the_request_timeout_is_504() -> None:
             json={"model": "small", "messages": [{"role": "user", "content": "x"}]},
             headers={"authorization": f"Bearer {TEST_KEY}"},
         )
-        engine = gw.state.replicas["fake-small"][0].engine
+        engine = gw.state.parts.replicas["fake-small"][0].engine
         assert response.status_code == 504
         assert response.json()["error"]["code"] == "upstream_timeout"
         assert engine.counters.aborted == 1 and engine.counters.active == 0

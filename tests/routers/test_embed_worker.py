@@ -127,7 +127,7 @@ async def test_the_serving_embedder_is_cached_workers() -> None:
 
 
 def test_a_dead_worker_sends_auto_to_the_default_tier_then_recovers() -> None:
-    from tests.gateway.test_auto_routing import HARD, chat, classifier_config, explain
+    from tests.gateway.routing.test_auto_routing import HARD, chat, classifier_config, explain
     from tiergate_testing.configs import TEST_KEY
     from tiergate_testing.gateways import running_gateway
 
@@ -135,7 +135,7 @@ def test_a_dead_worker_sends_auto_to_the_default_tier_then_recovers() -> None:
     config["tenants"]["acme"]["default_tier"] = "medium"
     config["routing"]["classifier"]["embedding_cache"] = 0  # every request reaches a worker
     with running_gateway(config) as gateway:
-        shared = gateway.state.embedder
+        shared = gateway.state.parts.router.embedder
         assert isinstance(shared, ProcessEmbedder)
         os.kill(shared.pids[0], signal.SIGKILL)
         failed = explain(gateway, TEST_KEY, chat(HARD)).json()
@@ -155,8 +155,8 @@ PAIRS = [
 async def test_the_verifier_runs_in_the_worker_and_survives_a_restart(
     workers: ProcessEmbedder,
 ) -> None:
-    from routers.verifier_model import MODEL_DIR, CrossEncoderVerifier
-    from routers.verifier_scorer import build_pair_scorer
+    from routers.verifier.model import MODEL_DIR, CrossEncoderVerifier
+    from routers.verifier.scorer import build_pair_scorer
 
     expected = CrossEncoderVerifier().score(PAIRS)
     scorer = build_pair_scorer(CachedEmbedder(workers, 16))  # unwraps to the workers

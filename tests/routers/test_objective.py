@@ -7,8 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from policies.lambda_sketch import COST_UNIT, lambda_for
-from routers.frontier import fixed_points, hull_accuracy, point
+from routers.lambda_sketch import COST_UNIT, lambda_for
 from routers.objective import (
     Objective,
     _sketch_core,
@@ -23,6 +22,7 @@ from routers.objective import (
     traffic_operating,
 )
 from routers.objective_segment import hull_vertices, segment, tiers_in
+from routers.training.frontier import fixed_points, hull_accuracy, point
 
 
 def traffic(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

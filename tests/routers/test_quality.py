@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from routers.datasets import Example
 from routers.features import prompt_messages
 from routers.quality import QualityFormatError, QualityModel, TierQuality
-from routers.quality_training import QualityOptions, fit_quality, observations
-from routers.training import feature_matrix
+from routers.training.complexity_fit import feature_matrix
+from routers.training.datasets import Example
+from routers.training.quality_fit import QualityOptions, fit_quality, observations
 
 MODELS = ("tiny", "mid", "big")
 ABILITY = np.array([-1.0, 0.3, 1.6])

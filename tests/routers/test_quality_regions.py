@@ -9,8 +9,8 @@ import numpy as np
 
 from routers.quality import QualityModel
 from routers.quality_regions import Observed, fit_regions, spherical_kmeans
-from routers.quality_training import QualityOptions, fit_quality
-from routers.training import feature_matrix
+from routers.training.complexity_fit import feature_matrix
+from routers.training.quality_fit import QualityOptions, fit_quality
 from tests.routers.test_quality import MODELS, synthetic
 
 

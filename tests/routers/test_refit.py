@@ -8,9 +8,8 @@ import io
 import numpy as np
 import pytest
 
-from gateway.feedback.sampler import ShadowSampler, shadow_tier
+from gateway.learning.sampler import ShadowSampler, shadow_tier
 from policies.feedback_spec import FeedbackConfig, JudgeSpec
-from routers import equal_cost
 from routers.classifier import ComplexityModel
 from routers.features import FEATURES
 from routers.refit import (
@@ -23,6 +22,7 @@ from routers.refit import (
     judged,
 )
 from routers.tier_quality import FLOOR, Array, ComplexityQuality
+from routers.training import equal_cost
 
 TIERS = ("small", "medium", "large")
 DIM = 16

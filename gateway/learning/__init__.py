@@ -1,0 +1,1 @@
+"""``routing.feedback``: shadow answers, the judge, client verdicts, records and refits."""

@@ -1,0 +1,147 @@
+"""The floor plan, checked: ``gateway/``'s parts in declared layers, each importing only
+its own layer or the ones below; no two parts importing each other; and the two other
+roots holding only what their names say.
+
+A module-cycle check (``tests/test_import_cycles.py``) cannot see a sub-package that
+imports another which imports it back through different modules; this walk counts every
+import between the parts of ``gateway/`` (a sub-package, or a module at its top), in
+the source (``TYPE_CHECKING`` and function-local imports included). A new part must be
+declared here, in the layer it belongs to.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+from tests.support import REPO
+
+# Bottom to top. A part may import its own layer (one way only) and any layer below.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    # the leaf vocabulary: these import nothing of the gateway (LEAVES)
+    ("types", "errors", "settings", "throttle"),
+    ("telemetry",),  # timing, tracing, metrics
+    ("wire",),  # what every wire format shares: the format contract, SSE, compat, errors
+    ("money", "cache"),  # pricing, holds and settlement; the prompt cache's probe
+    ("routing", "learning"),  # the tier decision; the feedback loop that labels traffic
+    ("core",),  # the serving core: one run per request
+    ("state",),  # the app's container: what the lifespan builds
+    ("cluster",),  # policy reloads, node discovery
+    ("edge",),  # HTTP: bodies, auth, the error boundary, OpenAPI, serving a format
+    # the endpoint families, one package each
+    (
+        "chat",
+        "completions",
+        "responses",
+        "messages",
+        "embeddings",
+        "feedback",
+        "explain",
+        "models",
+        "ops",
+        "admin",
+    ),
+    ("app",),
+    ("cli", "__main__"),
+)
+LEAVES = set(LAYERS[0])
+# Runtime code never imports the offline training and evaluation (the CLI runs it).
+OFFLINE = "routers.training"
+OFFLINE_USERS = ("gateway/cli/",)
+
+
+def part_of(path: Path) -> str:
+    parts = path.relative_to(REPO / "gateway").with_suffix("").parts
+    return parts[0]
+
+
+def imported(path: Path) -> list[tuple[int, str]]:
+    """(line, dotted name) of every import in the file, with each imported name."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module))
+            found.extend((node.lineno, f"{node.module}.{a.name}") for a in node.names)
+    return found
+
+
+def gateway_edges() -> dict[tuple[str, str], list[str]]:
+    """(importer part, imported part) -> where."""
+    parts = {p.stem if p.is_file() else p.name for p in (REPO / "gateway").iterdir()}
+    edges: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for path in sorted((REPO / "gateway").rglob("*.py")):
+        source = part_of(path)
+        for line, name in imported(path):
+            pieces = name.split(".")
+            if pieces[0] != "gateway" or len(pieces) < 2 or pieces[1] not in parts:
+                continue
+            if pieces[1] != source and pieces[1] != "__init__":
+                edges[(source, pieces[1])].append(f"{path.relative_to(REPO)}:{line}")
+    return edges
+
+
+def layer_of() -> dict[str, int]:
+    return {part: i for i, layer in enumerate(LAYERS) for part in layer}
+
+
+def test_every_part_of_the_gateway_is_declared_in_a_layer() -> None:
+    declared = layer_of()
+    present = {
+        p.stem if p.is_file() else p.name
+        for p in (REPO / "gateway").iterdir()
+        if (p.suffix == ".py" or (p / "__init__.py").is_file()) and p.name != "__init__.py"
+    }
+    assert present - set(declared) == set(), "declare the new part in LAYERS"
+    assert set(declared) - present == set(), "LAYERS names a part that is gone"
+
+
+def test_imports_point_down_or_sideways_never_up() -> None:
+    layers = layer_of()
+    upward = [
+        f"{a} (layer {layers[a]}) imports {b} (layer {layers[b]}): {where[0]}"
+        for (a, b), where in gateway_edges().items()
+        if layers[b] > layers[a]
+    ]
+    assert upward == []
+
+
+def test_no_two_parts_import_each_other() -> None:
+    edges = gateway_edges()
+    both = sorted(
+        f"{a} <-> {b}: {edges[(a, b)][0]}, {edges[(b, a)][0]}"
+        for (a, b) in edges
+        if (b, a) in edges and a < b
+    )
+    assert both == []
+
+
+def test_the_leaf_vocabulary_imports_nothing_of_the_gateway() -> None:
+    leaking = [f"{a} imports {b}" for (a, b) in gateway_edges() if a in LEAVES]
+    assert leaking == []
+
+
+def test_runtime_code_never_imports_offline_training() -> None:
+    offenders = []
+    for package in ("gateway", "routers", "backends", "policies"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            rel = path.relative_to(REPO).as_posix()
+            if rel.startswith(("routers/training/", *OFFLINE_USERS)):
+                continue
+            for line, name in imported(path):
+                if name == OFFLINE or name.startswith(OFFLINE + "."):
+                    offenders.append(f"{rel}:{line} imports {name}")
+    assert offenders == []
+
+
+def test_policy_config_never_imports_the_stores() -> None:
+    """``policies/`` holds the config; the shared-store adapters are ``policies/stores/``."""
+    offenders = [
+        f"{path.relative_to(REPO)}:{line} imports {name}"
+        for path in sorted((REPO / "policies").glob("*.py"))
+        for line, name in imported(path)
+        if name.startswith("policies.stores")
+    ]
+    assert offenders == []
