@@ -1,0 +1,1 @@
+"""The code's own shape: module counts along a request's path, function sizes."""

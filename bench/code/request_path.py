@@ -1,7 +1,9 @@
-"""The product code one streamed cache-miss chat request runs through, counted.
+"""The product code one streamed cache-miss request runs through, counted.
 
-    python -m bench.code.request_path            # counts, then every cross-module call
-    python -m bench.code.request_path --json F   # also as JSON
+    python -m bench.code.request_path                     # a chat request: counts, calls
+    python -m bench.code.request_path --format messages   # an Anthropic Messages request
+    python -m bench.code.request_path --json F            # also as JSON
+    PYTHONPATH=OLD python bench/code/request_path.py      # the same count on another checkout
 
 Serves the fake three-tier config (``tiergate_testing.configs.fake_config``) with what a
 cache miss on ``auto`` crosses: the shipped classifier (ONNX MiniLM), the exact and
@@ -143,11 +145,18 @@ def config() -> dict[str, Any]:
     return cfg
 
 
-def stream_once(client: httpx.Client, prompt: str) -> int:
-    body = {"model": "auto", "stream": True, "messages": [{"role": "user", "content": prompt}]}
-    headers = {"authorization": f"Bearer {TEST_KEY}"}
+def stream_once(client: httpx.Client, prompt: str, wire: str = "chat") -> int:
+    body: dict[str, Any] = {
+        "model": "auto",
+        "stream": True,
+        "messages": [{"role": "user", "content": prompt}],
+    }
+    path, headers = "/v1/chat/completions", {"authorization": f"Bearer {TEST_KEY}"}
+    if wire == "messages":
+        path, headers = "/v1/messages", {"x-api-key": TEST_KEY}
+        body["max_tokens"] = 64
     lines = 0
-    with client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as reply:
+    with client.stream("POST", path, json=body, headers=headers) as reply:
         reply.raise_for_status()
         assert reply.headers["x-tiergate-cache"] == "miss", reply.headers
         for line in reply.iter_lines():
@@ -157,20 +166,23 @@ def stream_once(client: httpx.Client, prompt: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--format", choices=("chat", "messages"), default="chat")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     os.environ.setdefault("TIERGATE_TEST_KEY", TEST_KEY)
     recorder = PathRecorder()
     with recording(recorder), running_gateway(config()) as gateway:
         with httpx.Client(base_url=gateway.base_url, timeout=60) as client:
-            stream_once(client, "Warm up: list two prime numbers.")
+            stream_once(client, "Warm up: list two prime numbers.", args.format)
             recorder.on = True
-            stream_once(client, f"Explain how a hash map resolves collisions ({os.getpid()}).")
+            prompt = f"Explain how a hash map resolves collisions ({os.getpid()})."
+            stream_once(client, prompt, args.format)
             # The settlement runs as its own task after the last byte: let it finish.
-            gateway.call(_drain(gateway.state.parts.money.background))
+            gateway.call(_drain(_background(gateway.state)))
             recorder.on = False
     found = recorder.summary()
-    print(f"streamed cache miss, {len(recorder.functions)} product functions ran")
+    found["format"] = args.format
+    print(f"streamed cache miss ({args.format}), {len(recorder.functions)} product functions ran")
     for name in ("lifecycle", "all"):
         view = found[name]
         print(f"{name}: {view['calls']} calls through {view['modules']} modules")
@@ -185,6 +197,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         args.json.write_text(json.dumps(found, indent=1))
     return 0
+
+
+def _background(state: Any) -> set[Any]:
+    """The settlement tasks, wherever the checkout under test keeps them."""
+    parts = getattr(state, "parts", None)
+    tasks: set[Any] = parts.money.background if parts is not None else state.background
+    return tasks
 
 
 async def _drain(tasks: set[Any]) -> None:

@@ -1,0 +1,1 @@
+"""ML experiments: variants of the routing models and the cache verifier, side by side."""

@@ -1,0 +1,1 @@
+"""GPU checks (not CI): short prepared scripts for a lent accelerator."""

@@ -1,0 +1,1 @@
+"""Performance benchmarks: CPU, latency and throughput, as ratios in one run."""

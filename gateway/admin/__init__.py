@@ -1,1 +1,2 @@
-"""The admin side: the cost dashboard at ``/admin`` and its JSON API at ``/admin/api/*``."""
+"""The admin family: the cost dashboard at ``/admin``, its JSON API, and the admin API at
+``/admin/api/*`` (keys, tenants, budgets, cache, learning, audit, policy reloads)."""

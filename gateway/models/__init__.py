@@ -1,0 +1,1 @@
+"""``GET /v1/models``: what a key may ask for."""

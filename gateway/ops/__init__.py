@@ -1,0 +1,1 @@
+"""Operations endpoints: ``/healthz``, ``/readyz``, ``/metrics``, ``/v1/load``."""

@@ -1,1 +1,2 @@
-"""OpenAI wire models, one module per endpoint family."""
+"""What every wire format shares: the format contract, SSE framing, hints (compat), common
+fields and parsing, error bodies. Each format itself lives with its endpoint family."""
