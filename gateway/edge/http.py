@@ -23,14 +23,12 @@ from gateway.errors import (
     InvalidRequest,
     PayloadTooLarge,
     RequestTimeout,
-    ServiceUnavailable,
 )
 from gateway.state import GatewayState
 from gateway.telemetry.timing import begin_request
 from gateway.telemetry.tracing import AUTH, RequestTrace, Tracing, active, stage
 from gateway.wire.sse import EventStreamResponse, wait_disconnect
 from policies.stores.key_directory import KeyDirectory
-from policies.stores.store import StoreUnavailable
 from policies.tenants import Principal
 
 T = TypeVar("T")
@@ -183,10 +181,7 @@ async def authenticate(keys: KeyDirectory, key: str | None) -> Principal:
                 "You didn't provide an API key (header 'Authorization: Bearer KEY' or "
                 "'x-api-key: KEY')."
             )
-        try:
-            principal = await keys.authenticate(key)
-        except StoreUnavailable:
-            raise ServiceUnavailable("the key store is unreachable") from None
+        principal = await keys.authenticate(key)
         if principal is None:
             raise InvalidApiKey("Incorrect API key provided.")
         span.set_attribute("tiergate.tenant", principal.tenant)

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from backends.base import Chunk
-from gateway.errors import ApiError, InvalidRequest, ServiceUnavailable
+from gateway.errors import ApiError, InvalidRequest
 from gateway.responses.protocol import CreateResponse
 from gateway.responses.render import TERMINAL, Echo, ResponseEvents, whole_response
 from gateway.responses.translate import Translation, to_generation
@@ -62,10 +62,7 @@ async def load(
     store: ResponseStore, principal: Principal, response_id: str
 ) -> StoredResponse | None:
     """The key's stored Response (None: not there, or another key's)."""
-    try:
-        return await store.load(principal, response_id)
-    except StoreUnavailable:
-        raise ServiceUnavailable("the response store is unreachable") from None
+    return await store.load(principal, response_id)
 
 
 async def _history(
