@@ -255,12 +255,12 @@ def objective_report(
     from routers.heldout import evaluate_sets, format_sets, held_out_sets, tier_calibration
     from routers.objective import Objective
     from routers.offline import cached_embed, embed_texts, format_calibration
-    from routers.quality import QualityModel
+    from routers.setup import quality_model
     from routers.tier_sets import TierSet
     from routers.training import feature_matrix
 
     spec = config.routing.classifier or ClassifierConfig()
-    model = QualityModel.load(Path(spec.quality) if spec.quality else None)
+    model = quality_model(spec)
     configured = config.routing.objective
     objective = (
         Objective(configured.kind, configured.share, configured.segment)

@@ -39,6 +39,7 @@ class CacheKeys:
 
     root: str  # CacheConfig.key_prefix
     ns: str
+    space: str = ""  # the embedding space (``embedding_space``) of the vectors stored
 
     @property
     def base(self) -> str:
@@ -54,8 +55,9 @@ class CacheKeys:
 
     @property
     def vectors(self) -> str:
-        """Redis 8 vector set of this tenant's semantic entries."""
-        return f"{self.base}:vset"
+        """Redis 8 vector set of this tenant's semantic entries in this embedding space
+        (a vector set holds one dimension; another embedder's vectors live in another)."""
+        return f"{self.base}:vset:{self.space}" if self.space else f"{self.base}:vset"
 
     @property
     def stats(self) -> str:
@@ -66,6 +68,12 @@ class CacheKeys:
     def labels(self) -> str:
         """List of feedback labels (a served pair flagged wrong), newest first, capped."""
         return f"{self.base}:labels"
+
+
+def embedding_space(name: str, dim: int) -> str:
+    """A short tag of the embedder that made a vector: entries of one space are only ever
+    compared with queries of the same space (its vector set, and the semantic prefix)."""
+    return hashlib.sha256(f"{name}:{dim}".encode()).hexdigest()[:12]
 
 
 def stream_key(root: str) -> str:
@@ -134,8 +142,13 @@ class Fingerprint:
     text: str  # the text compared by meaning (the last user message, or the prompt)
 
 
-def fingerprint(tenant_ns: str, requested_model: str, request: GenerationRequest) -> Fingerprint:
+def fingerprint(
+    tenant_ns: str, requested_model: str, request: GenerationRequest, space: str = ""
+) -> Fingerprint:
+    """``space``: the embedding space, part of the semantic prefix (not of the exact key:
+    an exact hit does not depend on the embedder)."""
     params = _params(request)
+    spaced = [space] if space else []
     if request.messages is not None:
         messages = tuple(request.messages)
         exact = _digest(tenant_ns, requested_model, "chat", list(messages), params)
@@ -144,9 +157,9 @@ def fingerprint(tenant_ns: str, requested_model: str, request: GenerationRequest
             return Fingerprint(exact, "", "")
         text = last_user_text(messages)
         rest = [*messages[:index], _without_text(messages[index]), *messages[index + 1 :]]
-        prefix = _digest(tenant_ns, requested_model, "chat", rest, params, guard(text))
+        prefix = _digest(tenant_ns, requested_model, "chat", rest, params, guard(text), *spaced)
         return Fingerprint(exact, prefix, text)
     prompt = request.prompt or ""
     exact = _digest(tenant_ns, requested_model, "text", prompt, params)
-    prefix = _digest(tenant_ns, requested_model, "text", None, params, guard(prompt))
+    prefix = _digest(tenant_ns, requested_model, "text", None, params, guard(prompt), *spaced)
     return Fingerprint(exact, prefix, prompt)
