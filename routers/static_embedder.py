@@ -1,26 +1,27 @@
 """A static embedder distilled from the shipped MiniLM: a text's vector is the mean of
 its wordpieces' rows in one table, L2-normalised.
 
-Why: on a CPU without VNNI or AMX (most cloud VMs) the MiniLM transformer costs ~25 ms
-of CPU per short prompt, int8 or not, which made it the whole cost of ``auto``
-(issue 33). A lookup table costs the tokenizer plus a few dozen row reads: about a
-hundredth of that (``bench/embed_cpu.py``). The table is MiniLM's own output for every
-wordpiece, PCA-reduced and Zipf-weighted by model2vec at build time
-(``scripts/build_static_embedder.py``, provenance in docs/classifier.md); serving needs
-numpy and ``tokenizers`` only, and downloads nothing.
+Why: on a CPU without VNNI or AMX (most cloud VMs) the MiniLM transformer costs 7-8 ms
+of CPU per short prompt and ~28 ms per 200-token one even in int8 (``bench/embed_cpu.py``
+on an AVX2 EPYC; issue 33 saw 25 ms a short prompt), the whole cost of ``auto``. A
+lookup table costs the tokenizer plus a few dozen row reads: 0.12 and 0.48 ms. The
+table is MiniLM's own output for every wordpiece, PCA-reduced and Zipf-weighted by
+model2vec at build time (``scripts/build_static_embedder.py``, provenance in
+docs/classifier.md); serving needs numpy and ``tokenizers`` only, and downloads nothing.
 
 It is cheap enough to run on the event loop for short texts (a thread hop costs more
-CPU than the lookup); longer ones go through the micro-batcher's thread like any other
-embedder. The int8 rows are widened to float32 once at load: a gather of float32 rows
-is the fastest form on every x86 CPU (there is no matrix product to gain from VNNI or
-AMX), for ~31 MB of memory.
+CPU than the lookup: 0.12 against 0.26 ms a short prompt); longer ones go through the
+micro-batcher's thread like any other embedder.
+
+The int8 rows are widened to float32 once at load: a gather of float32 rows is the
+fastest form on every x86 CPU (there is no matrix product to gain from VNNI or AMX),
+for ~31 MB of memory.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,11 +30,12 @@ import numpy as np
 import numpy.typing as npt
 
 from routers.batching import MicroBatcher
-from routers.embedding import SHORT_CHARS, EmbedderUnavailable, leading_words
-
-log = logging.getLogger(__name__)
+from routers.embedding import EmbedderUnavailable, leading_words
 
 SHIPPED_STATIC = Path(__file__).resolve().parent / "model" / "static-minilm.npz"
+# Calls up to this many characters run on the caller: ~0.5 ms of WordPiece at most (about
+# 0.45 µs a character here), less than a thread hop costs; longer ones go to the thread.
+INLINE_CHARS = 1024
 Array = npt.NDArray[np.float32]
 
 
@@ -67,7 +69,7 @@ class StaticEmbedder:
         max_tokens: int = 128,
         max_batch: int = 32,
         max_wait_ms: float = 0.0,
-        inline_chars: int = SHORT_CHARS,
+        inline_chars: int = INLINE_CHARS,
     ) -> None:
         try:
             from tokenizers import Tokenizer
