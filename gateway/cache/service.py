@@ -115,10 +115,12 @@ class PromptCache:
         *,
         semantic_enabled: bool,
         verifier: CandidateVerifier | None = None,
+        space: str = "",
     ) -> None:
         self.storage = storage
         self.config = config
         self.semantic_enabled = semantic_enabled
+        self.space = space  # the embedder's (keys.embedding_space): never mix two
         self.verifier = verifier or CandidateVerifier(None, None)
         self.counters = CacheCounters()
         self.stats = TenantStats(self._flush_stats, self._read_stats)
@@ -164,10 +166,10 @@ class PromptCache:
             self._count_bypass("policy" if policy.enabled else "disabled")
             return None
         ns = namespace(principal.tenant)
-        mark = fingerprint(ns, requested_model, request)
+        mark = fingerprint(ns, requested_model, request, self.space)
         semantic = self.semantic_enabled and policy.semantic and bool(mark.text.strip())
         return CachePlan(
-            CacheKeys(self.config.key_prefix, ns),
+            CacheKeys(self.config.key_prefix, ns, self.space),
             policy,
             mark,
             lookup,
@@ -363,7 +365,7 @@ class PromptCache:
         return await self.storage.usage(self.keys(tenant))
 
     def keys(self, tenant: str) -> CacheKeys:
-        return CacheKeys(self.config.key_prefix, namespace(tenant))
+        return CacheKeys(self.config.key_prefix, namespace(tenant), self.space)
 
     async def aclose(self) -> None:
         await self.stats.aclose()

@@ -279,14 +279,14 @@ def objective_report(
     import numpy as np
 
     from routers.objective import Objective
-    from routers.quality import QualityModel
+    from routers.setup import quality_model
     from routers.training.batch import cached_embed, embed_texts, format_calibration
     from routers.training.complexity_fit import feature_matrix
     from routers.training.heldout import evaluate_sets, format_sets, held_out_sets, tier_calibration
     from routers.training.tier_sets import TierSet
 
     spec = config.routing.classifier or ClassifierConfig()
-    model = QualityModel.load(Path(spec.quality) if spec.quality else None)
+    model = quality_model(spec)
     configured = config.routing.objective
     objective = (
         Objective(configured.kind, configured.share, configured.segment)
