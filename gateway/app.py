@@ -305,7 +305,11 @@ def create_app(
         app.state.tiergate = state
         app.state.tiergate_cluster = cluster = await join_cluster(state)
         stack = AsyncExitStack()  # what is entered here is left in this task, last first
-        app.state.tiergate_mcp = mcp_service = open_mcp(state, app.version)
+        mcp_service = open_mcp(
+            config, state.parts.metrics.registry, state.tracing, state.audit, app.version
+        )
+        app.state.tiergate_mcp = mcp_service
+        state.on_reload.append(mcp_service.reconfigure)
         await stack.enter_async_context(mcp_service.running())
         reloads: set[asyncio.Task[None]] = set()
         hup = config_source is not None and install_sighup(state, reloads)

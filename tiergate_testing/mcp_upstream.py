@@ -2,11 +2,11 @@
 ``MCPServer``: ``python -m tiergate_testing.mcp_upstream --transport stdio`` (or ``http
 --port N``, ``sse --port N``).
 
-Tools: ``add`` and ``echo`` (plain), ``whoami`` (what credential reached it: its
-``Authorization`` header over HTTP, ``$UPSTREAM_TOKEN`` over stdio), and the faults:
-``hang`` (never answers), ``die`` (the process exits mid-call), ``big`` (a result of
-``mb`` megabytes). ``whoami`` also names the process (``pid=``). A resource ``note://readme``, a template ``greeting://{name}`` and a
-prompt ``review``. ``--name`` names the server (what it says in ``whoami``).
+Tools: ``add`` and ``echo`` (plain), ``whoami`` (its process, ``pid=``, and what
+credential reached it: its ``Authorization`` header over HTTP, ``$UPSTREAM_TOKEN`` over
+stdio), and the faults: ``hang`` (never answers), ``die`` (the process exits mid-call),
+``big`` (a result of ``mb`` megabytes). A resource ``note://readme``, a template
+``greeting://{who}`` and a prompt ``review``. ``--name`` names the server.
 """
 
 from __future__ import annotations
@@ -92,9 +92,7 @@ def main() -> None:
     if args.transport == "sse":
         app.run("sse", host="127.0.0.1", port=args.port, transport_security=open_hosts)
     else:
-        app.run(
-            "streamable-http", host="127.0.0.1", port=args.port, transport_security=open_hosts
-        )
+        app.run("streamable-http", host="127.0.0.1", port=args.port, transport_security=open_hosts)
 
 
 if __name__ == "__main__":

@@ -76,7 +76,7 @@ class TenantFields(BaseModel):
     max_tier: str | None = None
     allow_tier_header: bool = False
     compat: Literal["lenient", "strict"] = "lenient"
-    mcp_tools: list[ToolPattern] = Field(default_factory=list, max_length=256)
+    mcp_tools: tuple[ToolPattern, ...] = Field((), max_length=256)
     mcp_rate_limit: McpCallLimit | None = None
     mcp_log_arguments: bool = False
 

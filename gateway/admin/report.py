@@ -202,6 +202,7 @@ def tool_calls(aggregates: Iterable[DayAggregate]) -> dict[str, Any]:
         for prefix, field in fields.items():
             for tool, value in _named(agg.values, prefix).items():
                 tools[tool][field] += value
+    ranked = sorted(tools.items(), key=lambda item: (-item[1]["calls"], item[0]))
     rows = [
         {
             "tool": tool,
@@ -210,9 +211,8 @@ def tool_calls(aggregates: Iterable[DayAggregate]) -> dict[str, Any]:
             "mean_ms": row["ms"] / row["calls"] if row["calls"] else None,
             "cost_usd": row["cost_usd"],
         }
-        for tool, row in tools.items()
+        for tool, row in ranked
     ]
-    rows.sort(key=lambda r: (-r["calls"], r["tool"]))
     return {
         "calls": totals["tool_calls"],
         "errors": totals["tool_errors"],

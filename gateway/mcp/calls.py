@@ -6,8 +6,7 @@
 
 A refusal at any step is a JSON-RPC error (``gateway.mcp.errors``) and is recorded as a
 denial; nothing stays held. A free tool (no price) takes no reservation: its event goes
-to the ledger directly. Resource reads and prompts take the same allowlist, timeout and
-size bound, and are neither priced nor recorded per call.
+to the ledger directly. (Resource reads and prompts: ``gateway.mcp.reads``.)
 """
 
 from __future__ import annotations
@@ -21,6 +20,8 @@ from typing import Any
 
 import mcp_types as types
 import orjson
+from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import validate_mcp_param_headers
 from opentelemetry import context as otel_context
 from opentelemetry.trace import (
     INVALID_SPAN,
@@ -30,16 +31,15 @@ from opentelemetry.trace import (
     StatusCode,
     set_span_in_context,
 )
-from pydantic import BaseModel
 
 from gateway.errors import ApiError, RateLimited, ServiceUnavailable
 from gateway.mcp.caller import Caller, trace_parent
 from gateway.mcp.errors import from_failure, from_refusal, unknown
 from gateway.mcp.metrics import McpMetrics
-from gateway.mcp.names import resource_uri, split_name, split_uri
+from gateway.mcp.names import split_name
 from gateway.mcp.outcome import ANSWERED, TIER, ToolCall, ToolOutcome
 from gateway.mcp.pool import Upstreams
-from gateway.mcp.upstream import R, Upstream, UpstreamFailure, too_large
+from gateway.mcp.upstream import Upstream, UpstreamFailure, size_of, too_large
 from gateway.money.hold import Hold, Money, refusal
 from gateway.money.spend import WorstCase
 from gateway.telemetry.tracing import Tracing
@@ -54,10 +54,6 @@ from policies.tenants import Principal
 log = logging.getLogger(__name__)
 
 MAX_LOGGED_ARGUMENTS = 4096  # bytes of a call's arguments the ledger keeps, at most
-
-
-def _size(result: BaseModel) -> int:
-    return len(result.model_dump_json(by_alias=True, exclude_none=True))
 
 
 def tool_rate_scopes(principal: Principal) -> list[RateScope]:
@@ -117,13 +113,21 @@ class ToolCalls:
         return self.upstreams.get(caller.config.mcp, server, p.tenant, p.key_id)
 
     async def call(
-        self, caller: Caller, params: types.CallToolRequestParams, meta: Mapping[str, Any] | None
+        self,
+        caller: Caller,
+        params: types.CallToolRequestParams,
+        meta: Mapping[str, Any] | None,
+        modern: bool = False,
     ) -> types.CallToolResult:
+        """``modern``: a 2026-07-28 request, whose ``Mcp-Param-*`` headers must agree
+        with its arguments for the tool's annotated parameters."""
         split = split_name(params.name)
         servers = caller.config.mcp.servers
         if split is None or split[0] not in servers or not caller.allowlist.allows(params.name):
             raise unknown("tool", params.name)
         server, tool = split
+        if modern:
+            await self._check_param_headers(caller, server, tool, params.arguments)
         call = ToolCall(caller.config, new_request_id("mcp"), caller.principal, caller.metadata)
         span = self._span(caller, params.name, call.request_id, meta)
         token = otel_context.attach(set_span_in_context(span))  # the upstream joins the trace
@@ -137,6 +141,20 @@ class ToolCalls:
         if isinstance(result, Exception):
             raise result
         return result
+
+    async def _check_param_headers(
+        self, caller: Caller, server: str, tool: str, arguments: Mapping[str, Any] | None
+    ) -> None:
+        try:
+            listed = await self._upstream(caller, server).listing("tools")
+        except UpstreamFailure as failure:
+            raise from_failure(failure) from None
+        schema = next((t.input_schema for t in listed if t.name == tool), None)
+        if schema is None:
+            return  # not listed: the upstream decides about the tool
+        rejection = validate_mcp_param_headers(schema, arguments or {}, caller.headers)
+        if rejection is not None:
+            raise MCPError(rejection.code, rejection.message, rejection.data)
 
     async def _run(
         self,
@@ -194,7 +212,7 @@ class ToolCalls:
             result = await upstream.request(request, types.CallToolResult)
         except UpstreamFailure as failure:
             return failure
-        size = _size(result)
+        size = size_of(result)
         if size > limits.max_result_bytes:
             return too_large(server, limits.max_result_bytes)
         return result, size
@@ -258,43 +276,3 @@ async def _record(money: Money, event: SpendEvent) -> None:
         await money.ledger.record(event)
     except StoreUnavailable as exc:
         log.warning("could not record MCP tool call %s: %s", event.request_id, exc)
-
-
-async def read_resource(upstreams: Upstreams, caller: Caller, uri: str) -> types.ReadResourceResult:
-    split = split_uri(uri)
-    if split is None or split[0] not in caller.config.mcp.servers:
-        raise unknown("resource", uri)
-    server, inner = split
-    if not caller.allowlist.allows_server(server):
-        raise unknown("resource", uri)
-    p = caller.principal
-    upstream = upstreams.get(caller.config.mcp, server, p.tenant, p.key_id)
-    request = types.ReadResourceRequest(params=types.ReadResourceRequestParams(uri=inner))
-    result = await _bounded(upstream, request, types.ReadResourceResult)
-    contents = [c.model_copy(update={"uri": resource_uri(server, c.uri)}) for c in result.contents]
-    return result.model_copy(update={"contents": contents})
-
-
-async def get_prompt(
-    upstreams: Upstreams, caller: Caller, params: types.GetPromptRequestParams
-) -> types.GetPromptResult:
-    split = split_name(params.name)
-    servers = caller.config.mcp.servers
-    if split is None or split[0] not in servers or not caller.allowlist.allows(params.name):
-        raise unknown("prompt", params.name)
-    server, name = split
-    p = caller.principal
-    upstream = upstreams.get(caller.config.mcp, server, p.tenant, p.key_id)
-    inner = types.GetPromptRequestParams(name=name, arguments=params.arguments)
-    return await _bounded(upstream, types.GetPromptRequest(params=inner), types.GetPromptResult)
-
-
-async def _bounded(upstream: Upstream, request: Any, result: type[R]) -> R:
-    limits = upstream.limits
-    try:
-        answer = await upstream.request(request, result)
-    except UpstreamFailure as failure:
-        raise from_failure(failure) from None
-    if _size(answer) > limits.max_result_bytes:
-        raise from_failure(too_large(upstream.server, limits.max_result_bytes))
-    return answer

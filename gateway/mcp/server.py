@@ -14,17 +14,23 @@ from typing import Any
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.mcp.caller import caller_of
-from gateway.mcp.calls import ToolCalls, get_prompt, read_resource
+from gateway.mcp.calls import ToolCalls
 from gateway.mcp.catalog import Catalog
 from gateway.mcp.pool import Upstreams
+from gateway.mcp.reads import get_prompt, read_resource
 
 Ctx = ServerRequestContext[Any, Any]
 INSTRUCTIONS = (
     "tiergate: the tools, prompts and resources of the upstream MCP servers your key may "
     "use, named SERVER.NAME (resources SERVER+URI)."
 )
+
+
+def _unchecked(name: str) -> None:
+    return None
 
 
 def build_server(
@@ -35,7 +41,9 @@ def build_server(
 
     async def call_tool(ctx: Ctx, params: types.CallToolRequestParams) -> Any:
         meta = (ctx.params or {}).get("_meta")
-        return await calls.call(caller_of(ctx), params, meta if isinstance(meta, dict) else None)
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        caller = caller_of(ctx)
+        return await calls.call(caller, params, meta if isinstance(meta, dict) else None, modern)
 
     async def list_prompts(ctx: Ctx, params: types.PaginatedRequestParams | None) -> Any:
         return types.ListPromptsResult(prompts=await catalog.prompts(caller_of(ctx)))
@@ -57,6 +65,10 @@ def build_server(
         "tiergate",
         version=version,
         instructions=INSTRUCTIONS,
+        # The SDK would check a 2026 call's Mcp-Param-* headers against the tool's schema
+        # by running tools/list on every call; the handler checks them against the
+        # caller's own (cached) listing instead (``ToolCalls.call``).
+        get_tool_input_schema=_unchecked,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         on_list_prompts=list_prompts,

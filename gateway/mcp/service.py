@@ -11,19 +11,19 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from prometheus_client import CollectorRegistry
 
 from gateway.mcp.calls import ToolCalls
 from gateway.mcp.catalog import Catalog
 from gateway.mcp.metrics import McpMetrics
 from gateway.mcp.pool import Upstreams
 from gateway.mcp.server import build_server
-from gateway.state import GatewayState
+from gateway.telemetry.tracing import Tracing
 from policies.mcp_spec import McpServerSpec
 from policies.schema import GatewayConfig
-from policies.stores.audit import entry
+from policies.stores.audit import AuditEntry, AuditLog, entry
 from policies.stores.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -37,13 +37,19 @@ def _where(spec: McpServerSpec) -> str:
 
 
 class McpService:
-    def __init__(self, state: GatewayState, version: str) -> None:
-        config = state.config
-        self.state = state
+    def __init__(
+        self,
+        config: GatewayConfig,
+        registry: CollectorRegistry,
+        tracing: Tracing,
+        audit: AuditLog,
+        version: str,
+    ) -> None:
+        self.audit = audit
         self.upstreams = Upstreams()
-        self.metrics = McpMetrics(state.parts.metrics.registry, config.metrics.tenant_label)
+        self.metrics = McpMetrics(registry, config.metrics.tenant_label)
         self.catalog = Catalog(self.upstreams, self.metrics)
-        self.calls = ToolCalls(self.upstreams, self.metrics, state.tracing)
+        self.calls = ToolCalls(self.upstreams, self.metrics, tracing)
         self.server = build_server(self.catalog, self.calls, self.upstreams, version)
         sessions = config.mcp.sessions
         self.manager = StreamableHTTPSessionManager(
@@ -57,7 +63,6 @@ class McpService:
         self.inflight = 0
         self._servers = {name: _where(s) for name, s in config.mcp.servers.items()}
         self._audits: set[asyncio.Task[None]] = set()
-        state.on_reload.append(self.reconfigure)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -83,12 +88,20 @@ class McpService:
         self._audits.add(task)
         task.add_done_callback(self._audits.discard)
 
-    async def _audit(self, change: Any) -> None:
+    async def _audit(self, change: AuditEntry) -> None:
         try:
-            await self.state.audit.append(change)
+            await self.audit.append(change)
         except StoreUnavailable as exc:
             log.warning("could not audit the mcp.servers reload: %s", exc)
 
 
-def open_mcp(state: GatewayState, version: str) -> McpService:
-    return McpService(state, version)
+def open_mcp(
+    config: GatewayConfig,
+    registry: CollectorRegistry,
+    tracing: Tracing,
+    audit: AuditLog,
+    version: str,
+) -> McpService:
+    """Built by the lifespan from the startup policy; a reload reaches it through
+    ``GatewayState.on_reload`` (``reconfigure``)."""
+    return McpService(config, registry, tracing, audit, version)

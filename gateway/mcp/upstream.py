@@ -65,6 +65,11 @@ class UpstreamFailure(Exception):
         self.status, self.message, self.code = status, message, code
 
 
+def size_of(result: BaseModel) -> int:
+    """An answer's size as the client will get it (its JSON)."""
+    return len(result.model_dump_json(by_alias=True, exclude_none=True))
+
+
 def too_large(server: str, limit: int) -> UpstreamFailure:
     return UpstreamFailure(
         "too_large", f"the result from upstream {server} is larger than {limit} bytes"

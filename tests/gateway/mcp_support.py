@@ -3,8 +3,6 @@ client pointed at a gateway's ``/mcp`` with a key, and calls whose failures are 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -15,39 +13,27 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 
-from tiergate_testing.gateways import REPO, subprocess_env
-from tiergate_testing.net import free_port, wait_http
+from tiergate_testing.mcp_servers import stdio_server, upstream_process
 
-UPSTREAM = [sys.executable, "-m", "tiergate_testing.mcp_upstream"]
-
-
-def stdio_server(name: str, **extra: Any) -> dict[str, Any]:
-    """An ``mcp.servers`` entry that runs the test upstream over stdio."""
-    return {"command": [*UPSTREAM, "--name", name], "cwd": str(REPO), **extra}
+__all__ = ["call", "http_upstream", "mcp_client", "stdio_server", "text_of"]
 
 
 @contextmanager
 def http_upstream(name: str, transport: str = "http") -> Iterator[str]:
     """The test upstream over streamable HTTP (or SSE); yields its endpoint URL."""
-    port = free_port()
-    argv = [*UPSTREAM, "--transport", transport, "--port", str(port), "--name", name]
-    process = subprocess.Popen(
-        argv, cwd=REPO, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        wait_http(f"http://127.0.0.1:{port}/", timeout_s=60)
-        yield f"http://127.0.0.1:{port}/" + ("sse" if transport == "sse" else "mcp")
-    finally:
-        process.terminate()
-        process.wait(10)
+    with upstream_process(name, transport) as (url, _):
+        yield url
 
 
 @asynccontextmanager
-async def mcp_client(base_url: str, key: str, mode: str = "auto") -> AsyncIterator[Client]:
+async def mcp_client(
+    base_url: str, key: str, mode: str = "auto", headers: dict[str, str] | None = None
+) -> AsyncIterator[Client]:
     """The official SDK client on ``base_url/mcp`` with ``key`` as a Bearer token
     (``mode``: ``legacy`` is the initialize handshake, ``auto`` the 2026-07-28 protocol
-    the gateway also speaks)."""
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=120)
+    the gateway also speaks) and any other ``headers`` on every request."""
+    sent = {"Authorization": f"Bearer {key}", **(headers or {})}
+    http = httpx2.AsyncClient(headers=sent, timeout=120)
     async with (
         http,
         Client(
