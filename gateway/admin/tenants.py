@@ -93,7 +93,23 @@ async def list_tenants(state: AdminDep) -> Response:
     runtime = await _runtime(state)
     rows = [_body(n, s, "yaml") for n, s in state.config.tenants.items()]
     rows += [_body(n, s, "api") for n, s in sorted(runtime.items())]
+    for row in rows:
+        row["stored"] = await _stored(state, row["name"])
     return _json({"object": "list", "data": rows})
+
+
+async def _stored(state: GatewayState, tenant: str) -> dict[str, Any]:
+    """What the tenant keeps in the shared store against its caps."""
+    limits = state.config.responses
+    used = await state.parts.responses.usage(tenant)
+    return {
+        "responses": {
+            "count": used.count,
+            "bytes": used.bytes,
+            "max_count": limits.tenant_max_count,
+            "max_bytes": limits.tenant_max_bytes,
+        }
+    }
 
 
 async def _save(state: GatewayState, name: str, spec: TenantSpec) -> None:

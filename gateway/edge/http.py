@@ -167,8 +167,15 @@ def bearer_key(request: Request) -> str | None:
 
 def tenant_key(request: Request) -> str | None:
     """A tenant key as OpenAI's clients send it (``Authorization: Bearer``), else as
-    Anthropic's do (``x-api-key``); both look up the same key store."""
-    return bearer_key(request) or request.headers.get("x-api-key")
+    Anthropic's do (``x-api-key``); both look up the same key store. Two different keys in
+    one request are refused: which one pays must never depend on which header wins."""
+    bearer, api_key = bearer_key(request), request.headers.get("x-api-key")
+    if bearer and api_key and bearer.strip() != api_key.strip():
+        raise InvalidApiKey(
+            "Two different API keys in one request ('Authorization: Bearer' and 'x-api-key'): "
+            "send one."
+        )
+    return bearer or api_key
 
 
 async def authenticate(keys: KeyDirectory, key: str | None) -> Principal:

@@ -31,6 +31,7 @@ from gateway.mcp.service import McpService
 from gateway.state import GatewayState
 
 PATH = "/mcp"
+MAX_REQUEST_ID = 128  # characters of a linked model call's id kept (tiergate's are 40)
 
 
 def jsonrpc_error(error: ApiError, headers: dict[str, str]) -> Response:
@@ -88,7 +89,7 @@ class McpEndpoint:
             core,
             allowlist_of(principal),
             headers,
-            headers.get(MODEL_REQUEST_HEADER),
+            (headers.get(MODEL_REQUEST_HEADER) or "")[:MAX_REQUEST_ID] or None,
         )
         # A stateful session is bound to the key that opened it (the SDK compares this).
         token = AccessToken(

@@ -24,7 +24,7 @@ from gateway.wire.errors import ErrorShape, openai_error
 from gateway.wire.format import Caller, Exchange, RunView, Turn
 from gateway.wire.sse import Event, Framing, named_events
 from policies.responses_spec import ResponsesConfig
-from policies.stores.responses import ResponseStore, StoredResponse, input_fits
+from policies.stores.responses import ResponseStore, StoredResponse, input_fits, input_size
 from policies.stores.store import StoreUnavailable
 from policies.tenants import Principal
 
@@ -51,6 +51,13 @@ class ResponsesFormat:
                 f"the conversation is over the stored size cap ({limits.max_bytes} "
                 "bytes): send store: false, or a shorter input",
                 param="store",
+            )
+        if body.store and not await store.room(limits, principal, input_size(translation.items)):
+            raise InvalidRequest(
+                f"this tenant keeps its most stored Responses ({limits.tenant_max_count} or "
+                f"{limits.tenant_max_bytes} bytes): delete some, or send store: false",
+                param="store",
+                code="stored_responses_limit",
             )
         return ResponseExchange(store, principal, body, translation, limits)
 
