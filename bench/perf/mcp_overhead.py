@@ -30,7 +30,6 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx2
 from mcp import Client, StdioServerParameters
@@ -157,7 +156,7 @@ def run_kind(kind: str, args: argparse.Namespace, workdir: Path) -> list[Phase]:
             for phase in phases:
                 through = phase.name.startswith("tiergate")
 
-                def pids() -> dict[str, int]:
+                def pids(through: bool = through) -> dict[str, int]:
                     if through:
                         up = upstream_pid or upstream_pid_of(gateway_pid)
                         return {"gateway": gateway_pid, "upstream": up}
@@ -174,8 +173,9 @@ def run_kind(kind: str, args: argparse.Namespace, workdir: Path) -> list[Phase]:
 
 def spread(values: list[float], digits: int = 2) -> str:
     if not values:
-        return "–"
-    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}–{max(values):.{digits}f})"
+        return "-"
+    low, mid, high = min(values), statistics.median(values), max(values)
+    return f"{mid:.{digits}f} ({low:.{digits}f}-{high:.{digits}f})"
 
 
 def render(kind: str, phases: list[Phase]) -> str:
