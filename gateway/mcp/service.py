@@ -27,6 +27,9 @@ from policies.stores.audit import AuditEntry, AuditLog, entry
 from policies.stores.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
+# Per-request INFO lines of the SDK's transport ("Terminating session: None" for every
+# stateless POST) and of httpx2 (every upstream POST): kept for WARNING and above.
+CHATTY_LOGGERS = ("mcp.server.streamable_http", "httpx2")
 
 
 def _where(spec: McpServerSpec) -> str:
@@ -46,6 +49,10 @@ class McpService:
         version: str,
     ) -> None:
         self.audit = audit
+        for name in CHATTY_LOGGERS:
+            chatty = logging.getLogger(name)
+            if chatty.getEffectiveLevel() < logging.WARNING and not log.isEnabledFor(logging.DEBUG):
+                chatty.setLevel(logging.WARNING)
         self.upstreams = Upstreams()
         self.metrics = McpMetrics(registry, config.metrics.tenant_label)
         self.catalog = Catalog(self.upstreams, self.metrics)
