@@ -93,7 +93,10 @@ DEFAULT_SEMANTIC_THRESHOLD = 0.85
 class VerifyTarget(Frozen):
     """A learned verifier decides what the rules leave open (routers/verifier/rules.py):
     at most this share of the near-miss candidates that reach it may be served, the
-    threshold set from the calibration table shipped with the model (docs/cache.md)."""
+    threshold set from the calibration table shipped with the model. The share is
+    measured on the calibration pairs (``meta.json`` ``bounds`` and ``by_source``); on
+    other questions it is an estimate, not a guarantee (docs/cache.md, "What
+    max_wrong_rate bounds")."""
 
     max_wrong_rate: float = Field(gt=0.0, le=0.1)
 
