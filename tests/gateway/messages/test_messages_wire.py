@@ -104,6 +104,7 @@ def test_tool_use_and_tool_result_become_tool_calls_and_tool_messages() -> None:
                         {"type": "thinking", "thinking": "hm", "signature": "s"},
                         {"type": "text", "text": "Calling."},
                         {"type": "tool_use", "id": "toolu_1", "name": "get", "input": {"a": 1}},
+                        {"type": "tool_use", "id": "toolu_2", "name": "get", "input": {"a": 2}},
                     ],
                 },
                 {
@@ -137,7 +138,12 @@ def test_tool_use_and_tool_result_become_tool_calls_and_tool_messages() -> None:
                     "id": "toolu_1",
                     "type": "function",
                     "function": {"name": "get", "arguments": '{"a":1}'},
-                }
+                },
+                {
+                    "id": "toolu_2",
+                    "type": "function",
+                    "function": {"name": "get", "arguments": '{"a":2}'},
+                },
             ],
         },
         {"role": "tool", "tool_call_id": "toolu_1", "content": "ok"},

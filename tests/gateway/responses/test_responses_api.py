@@ -233,7 +233,8 @@ def stored_keys(prefix: str) -> int:
     """Response records under this prefix, counted in Redis itself."""
     client = redis.Redis.from_url(REDIS_URL)
     try:
-        return sum(1 for _ in client.scan_iter(match=f"{prefix}:*responses:*"))
+        keys = client.scan_iter(match=f"{prefix}:*responses:*")
+        return sum(1 for key in keys if b":{quota:" not in key)  # the tenant's caps: apart
     finally:
         client.close()
 
