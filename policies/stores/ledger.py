@@ -50,6 +50,8 @@ class SpendEvent:
     downgraded: bool = False
     # The client's ``metadata`` (≤ 16 string pairs): an annotation, in no aggregate.
     metadata: Mapping[str, str] | None = None
+    batch: bool = False  # a line of a batch job, charged at the batch price
+    saved_batch_usd: float = 0.0  # the interactive price of the same answer, minus the cost
 
     def to_fields(self) -> dict[str, str]:
         out = {
@@ -106,6 +108,10 @@ class SpendEvent:
             out[f"ttft_ms_le:{self.tier}:{bucket_of(self.ttft_ms)}"] = 1.0
         if self.downgraded:
             out["downgraded"] = 1.0
+        if self.batch:
+            out["batch_requests"] = 1.0
+            out["batch_cost_usd"] = self.cost_usd
+            out["saved_batch_usd"] = self.saved_batch_usd
         return out
 
 
