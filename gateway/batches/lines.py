@@ -31,7 +31,7 @@ from gateway.errors import ApiError, Overloaded, RateLimited, ServiceUnavailable
 from gateway.messages.render import MESSAGES
 from gateway.money.spend import batch_rate
 from gateway.responses.serving import RESPONSES
-from gateway.types import Ask
+from gateway.types import Ask, Outcome
 from gateway.wire.common import parse_body
 from gateway.wire.format import Caller, WireFormat
 from policies.tenants import Principal
@@ -121,7 +121,7 @@ async def answer(
     return Answered(whole, run.request_id, _money(run.outcome))
 
 
-def _money(outcome: Any) -> LineMoney:
+def _money(outcome: Outcome | None) -> LineMoney:
     if outcome is None:
         return LineMoney()
     usage = outcome.usage

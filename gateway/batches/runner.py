@@ -20,6 +20,8 @@ import socket
 import time
 from collections.abc import Callable
 
+import orjson
+
 from gateway.batches.files import Files
 from gateway.batches.finish import finalize
 from gateway.batches.lines import Answered, LineMoney, Refused, answer, input_of, retryable
@@ -38,6 +40,7 @@ from policies.stores.batch_records import (
     BatchRecord,
     LineResult,
     QueuedLine,
+    line_action,
 )
 from policies.stores.key_directory import KeyDirectory
 from policies.stores.store import StoreUnavailable
@@ -63,7 +66,7 @@ class BatchRunner:
         self.held: dict[str, QueuedLine] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self._room = asyncio.Event()
-        self._claimed_at = 0.0
+        self._claimed_at = 0.0  # claims (and the queue's gauge) at most once a second
 
     def files(self, core: ServingCore) -> Files:
         return Files(core.config.batches, core.parts.batches, core.parts.bucket)
@@ -73,7 +76,11 @@ class BatchRunner:
         helpers = [asyncio.create_task(self._beat()), asyncio.create_task(self._sweeps())]
         try:
             while True:
-                await self._step()
+                try:
+                    await self._step()
+                except Exception:  # a bug must not stop every replica's batches for good
+                    log.exception("the batch runner's step failed")
+                    await asyncio.sleep(self.core().config.batches.poll_s)
         finally:
             for helper in helpers:
                 helper.cancel()
@@ -93,9 +100,9 @@ class BatchRunner:
                     claimed = await store.claim(self.consumer, spec.claim_idle_s, free)
                     # A line of our own whose beat came late is still running here.
                     taken = [line for line in claimed if line.entry not in self.held]
+                    core.parts.metrics.batch_queued.set(await store.queued())
                 if free > len(taken):
                     taken += await store.read(self.consumer, free - len(taken))
-                core.parts.metrics.batch_queued.set(await store.queued())
             except StoreUnavailable as exc:
                 log.warning("batch queue unreachable: %s", exc)
         for line in taken:
@@ -170,6 +177,11 @@ class BatchRunner:
                 if attempt >= spec.max_attempts or time.time() >= record.expires_at:
                     return refused_line(record, index, custom_id, exc)
                 await asyncio.sleep(_wait(spec, attempt, exc))
+                # Cancelled (or expired) while it waited: it ends as such, unrun.
+                current = await core.parts.batches.batch(record.tenant, record.id)
+                action = "cancel" if current is None else line_action(current, int(time.time()))
+                if action != "run":
+                    return skipped_line(record, index, custom_id, action)
             except StoreUnavailable as exc:
                 attempt += 1
                 if attempt >= spec.max_attempts:
@@ -212,24 +224,10 @@ class BatchRunner:
         while True:
             core = self.core()
             try:
-                await self.sweep(core)
+                await sweep(self.files(core), core.config.batches, int(time.time()))
             except StoreUnavailable as exc:
                 log.warning("batch sweep: %s", exc)
             await asyncio.sleep(core.config.batches.sweep_s)
-
-    async def sweep(self, core: ServingCore) -> None:
-        """Finish, fail or queue what a dead replica left; remove what has expired."""
-        spec, store, files = core.config.batches, core.parts.batches, self.files(core)
-        now = int(time.time())
-        for tenant, batch_id in await store.open_batches():
-            record = await store.batch(tenant, batch_id)
-            if record is not None:
-                await tend(files, spec, record, now)
-        for tenant, kind, item in await store.due(now):
-            if kind == "file":
-                await files.remove(tenant, item)
-            else:
-                await store.remove_batch(tenant, item)
 
     async def _drain(self) -> None:
         spec = self.core().config.batches
@@ -240,12 +238,27 @@ class BatchRunner:
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
+async def sweep(files: Files, spec: BatchesConfig, now: int) -> None:
+    """Finish, fail or queue what a dead replica left; remove what has expired."""
+    store = files.store
+    for tenant, batch_id in await store.open_batches():
+        record = await store.batch(tenant, batch_id)
+        if record is not None:
+            await tend(files, spec, record, now)
+    for tenant, kind, item in await store.due(now):
+        if kind == "file":
+            await files.remove(tenant, item)
+        else:
+            await store.remove_batch(tenant, item)
+
+
 async def tend(files: Files, spec: BatchesConfig, record: BatchRecord, now: int) -> None:
     """One open batch, as the sweep finds it."""
     store, stale = files.store, now - spec.claim_idle_s
     tenant, batch_id, status = record.tenant, record.id, record.status
     if status == VALIDATING and record.created_at < stale:
-        errors = '[{"code": "validation_interrupted", "message": "the intake stopped"}]'
+        error = {"code": "validation_interrupted", "message": "the intake stopped half-way"}
+        errors = orjson.dumps([error]).decode()
         keep = spec.result_ttl_s
         await store.move(tenant, batch_id, [VALIDATING], FAILED, now, {"errors": errors}, keep)
         await store.drop_lines(tenant, batch_id)

@@ -250,11 +250,23 @@ class RedisBatchStore:
         return await self.store.get(self._k(tenant, f"blob:{file_id}"))
 
     async def files(self, tenant: str) -> list[FileRecord]:
-        ids = await self._call(
-            "batch files", self.store.client.zrange, self._k(tenant, "files"), 0, -1
-        )
-        found = [await self.file(tenant, _text(i)) for i in ids]
-        return [f for f in found if f is not None]
+        found = await self._records(tenant, "files", "f")
+        return [FileRecord.from_fields(raw) for raw in found]
+
+    async def _records(self, tenant: str, index: str, kind: str) -> list[dict[str, str]]:
+        """Every record ``index`` lists, in its order: one pipelined read (one slot)."""
+        client = self.store.client
+
+        async def read() -> list[Any]:
+            ids = await client.zrange(self._k(tenant, index), 0, -1)
+            async with client.pipeline(transaction=False) as pipe:
+                for item in ids:
+                    pipe.hgetall(self._k(tenant, f"{kind}:{_text(item)}"))
+                found: list[Any] = await pipe.execute()
+                return found
+
+        rows = await self._call(f"batch {index}", read)
+        return [{_text(k): _text(v) for k, v in row.items()} for row in rows if row]
 
     async def remove_file(self, tenant: str, file_id: str) -> FileRecord | None:
         keys = self._file_keys(tenant, file_id)
@@ -312,10 +324,8 @@ class RedisBatchStore:
         return BatchRecord.from_fields({k: v.decode() for k, v in raw.items()}) if raw else None
 
     async def batches(self, tenant: str) -> list[BatchRecord]:
-        key = self._k(tenant, "batches")
-        ids = await self._call("batch list", self.store.client.zrange, key, 0, -1)
-        found = [await self.batch(tenant, _text(i)) for i in ids]
-        return [b for b in found if b is not None]
+        found = await self._records(tenant, "batches", "b")
+        return [BatchRecord.from_fields(raw) for raw in found]
 
     async def move(
         self,

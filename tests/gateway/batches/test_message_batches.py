@@ -11,17 +11,25 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
 from tests.gateway.batches.support import batch_config
 from tiergate_testing.configs import OTHER_KEY, TEST_KEY
 from tiergate_testing.gateways import RunningGateway, running_gateway
+
+EXPORTER = InMemorySpanExporter()
 
 
 @pytest.fixture(scope="module")
 def gateway() -> Iterator[RunningGateway]:
     config = batch_config(token_delay_s=0.004)
     config["batches"]["concurrency"] = 4
-    with running_gateway(config) as running:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
+    with running_gateway(config, tracer_provider=provider) as running:
         yield running
 
 
@@ -69,6 +77,21 @@ def test_a_message_batch_runs_and_its_results_stream(gateway: RunningGateway) ->
     assert message.message.content[0].type == "text"
     bad = results["bad"]
     assert bad.type == "errored" and bad.error.error.type == "invalid_request_error"
+    # Each line has its own trace: a root span of the batch, and the request's stages.
+    roots = [
+        span
+        for span in EXPORTER.get_finished_spans()
+        if span.kind == SpanKind.CONSUMER
+        and (span.attributes or {}).get("tiergate.batch") == created.id
+    ]
+    assert len(roots) == 7
+    assert {(r.attributes or {}).get("tiergate.priority") for r in roots} == {"batch"}
+    generations = {
+        span.parent.span_id
+        for span in EXPORTER.get_finished_spans()
+        if span.name == "generation" and span.parent is not None
+    }
+    assert sum(1 for r in roots if r.context.span_id in generations) == 6  # "bad" never ran
     listed = client.messages.batches.list(limit=10)
     assert created.id in [b.id for b in listed.data]
     deleted = client.messages.batches.delete(created.id)

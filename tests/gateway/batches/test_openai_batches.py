@@ -36,6 +36,7 @@ from tiergate_testing.gateways import RunningGateway, running_gateway
 from tiergate_testing.upstream import running_upstream
 
 REMOTE = "text-embedding-3-small"
+AUTO = [{"role": "user", "content": "route me"}]
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +142,7 @@ def test_every_endpoint_runs_as_its_own_format(gateway: tuple[RunningGateway, st
         [
             _line("empty", "/v1/chat/completions", {"model": "small", "messages": []}),
             chat_line("elsewhere", "hi", url="/v1/completions"),
-            chat_line("fine", "hi"),
+            _line("fine", "/v1/chat/completions", {"model": "auto", "messages": AUTO}),
         ],
     )
     assert bad.request_counts.completed == 1 and bad.request_counts.failed == 2
@@ -149,6 +150,9 @@ def test_every_endpoint_runs_as_its_own_format(gateway: tuple[RunningGateway, st
     assert failures["empty"]["response"]["status_code"] == 400
     assert failures["empty"]["response"]["body"]["error"]["param"] == "messages"
     assert failures["elsewhere"]["error"]["code"] == "mismatched_endpoint"
+    fine = jsonl(client, bad.output_file_id)[0]["response"]
+    auto = next(e for e in batch_events(prefix, "acme") if e.request_id == fine["request_id"])
+    assert auto.tier == "small"  # ``auto`` without a classifier: the tenant's default tier
 
 
 def test_identical_lines_hit_the_cache(gateway: tuple[RunningGateway, str]) -> None:

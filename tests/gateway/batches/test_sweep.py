@@ -9,7 +9,7 @@ import pytest
 
 from gateway.batches.files import Files
 from gateway.batches.finish import output_id
-from gateway.batches.runner import tend
+from gateway.batches.runner import sweep, tend
 from policies.batches_spec import BatchesConfig, BatchLimits
 from policies.stores.batch_memory import MemoryBatchStore
 from policies.stores.batch_records import (
@@ -92,3 +92,18 @@ async def test_a_batch_whose_finisher_died_is_finished(files: Files) -> None:
     keep = int(SPEC.result_ttl_s)  # the record outlives its end by this much
     assert await store.due(NOW + keep - 1) == []
     assert await store.due(NOW + keep) == [("acme", "batch", "batch_f")]
+
+
+async def test_the_sweep_removes_what_has_expired(files: Files) -> None:
+    store = files.store
+    kept = await files.keep("acme", "in.jsonl", "batch", b"{}\n", ttl_s=60)
+    await store.add_batch(record("batch_e", 1, created_at=NOW), SPEC.limits)
+    await store.move("acme", "batch_e", [VALIDATING], "cancelled", NOW, keep_s=100)
+    await sweep(files, SPEC, NOW + 99)
+    assert await store.batch("acme", "batch_e") is not None
+    await sweep(files, SPEC, NOW + 100)
+    assert await store.batch("acme", "batch_e") is None
+    assert kept.expires_at is not None and await store.file("acme", kept.id) is not None
+    await sweep(files, SPEC, kept.expires_at)
+    assert await store.file("acme", kept.id) is None
+    assert await files.keep("acme", "again.jsonl", "batch", b"x" * 10, ttl_s=60)  # bytes freed
