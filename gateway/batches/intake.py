@@ -173,7 +173,7 @@ async def create(files: Files, spec: BatchesConfig, order: Order, lines: Lines) 
     await store.add_lines(tenant, batch_id, lines.runnable, lines.refused)
     moved_to, moved = await store.move(tenant, batch_id, [VALIDATING], IN_PROGRESS, now)
     if moved:
-        await store.enqueue(tenant, batch_id, sorted(lines.runnable))
+        await store.queue.enqueue(tenant, batch_id, sorted(lines.runnable))
         moved_to, _ = await store.move(
             tenant, batch_id, [IN_PROGRESS], IN_PROGRESS, now, {"queued": "1"}
         )

@@ -30,6 +30,7 @@ from gateway.core.serving import ServingCore
 from gateway.errors import InvalidApiKey, Overloaded, RateLimited
 from gateway.telemetry.tracing import Tracing, active
 from policies.batches_spec import BatchesConfig
+from policies.stores.batch_queue import QueuedLine
 from policies.stores.batch_records import (
     CANCELLING,
     FAILED,
@@ -39,7 +40,6 @@ from policies.stores.batch_records import (
     VALIDATING,
     BatchRecord,
     LineResult,
-    QueuedLine,
     line_action,
 )
 from policies.stores.key_directory import KeyDirectory
@@ -97,12 +97,12 @@ class BatchRunner:
             try:
                 if time.monotonic() - self._claimed_at >= 1.0:
                     self._claimed_at = time.monotonic()
-                    claimed = await store.claim(self.consumer, spec.claim_idle_s, free)
+                    claimed = await store.queue.claim(self.consumer, spec.claim_idle_s, free)
                     # A line of our own whose beat came late is still running here.
                     taken = [line for line in claimed if line.entry not in self.held]
-                    core.parts.metrics.batch_queued.set(await store.queued())
+                    core.parts.metrics.batch_queued.set(await store.queue.queued())
                 if free > len(taken):
-                    taken += await store.read(self.consumer, free - len(taken))
+                    taken += await store.queue.read(self.consumer, free - len(taken))
             except StoreUnavailable as exc:
                 log.warning("batch queue unreachable: %s", exc)
         for line in taken:
@@ -138,7 +138,7 @@ class BatchRunner:
         take = await store.take(line.tenant, line.batch_id, line.index, int(time.time()))
         record = take.batch
         if take.action in ("done", "gone") or record is None:
-            await store.ack([line.entry])
+            await store.queue.ack([line.entry])
             return
         custom_id, body = input_of(take.line)
         if take.action == "run":
@@ -146,7 +146,7 @@ class BatchRunner:
         else:
             result = skipped_line(record, line.index, custom_id, take.action)
         _, done = await store.finish(line.tenant, line.batch_id, line.index, result)
-        await store.ack([line.entry])
+        await store.queue.ack([line.entry])
         core.parts.metrics.batch_line_ended(LINE_COUNTS[result.kind])
         if done:
             current = await store.batch(line.tenant, line.batch_id)
@@ -216,7 +216,7 @@ class BatchRunner:
             core = self.core()
             await asyncio.sleep(core.config.batches.claim_idle_s / 3)
             try:
-                await core.parts.batches.touch(self.consumer, list(self.held))
+                await core.parts.batches.queue.touch(self.consumer, list(self.held))
             except StoreUnavailable as exc:
                 log.warning("could not beat for batch lines: %s", exc)
 
@@ -267,7 +267,7 @@ async def tend(files: Files, spec: BatchesConfig, record: BatchRecord, now: int)
     elif status in (IN_PROGRESS, CANCELLING) and not record.queued:
         since = record.cancelling_at if status == CANCELLING else record.in_progress_at
         if since < stale:
-            await store.enqueue(tenant, batch_id, await store.unfinished(tenant, batch_id))
+            await store.queue.enqueue(tenant, batch_id, await store.unfinished(tenant, batch_id))
             await store.move(tenant, batch_id, [status], status, since, {"queued": "1"})
     elif status == FINALIZING and record.finalizing_at < stale:
         await finalize(files, spec, record, now)

@@ -1,26 +1,22 @@
 """Batch jobs in this process: the ``BatchStore`` contract without Redis (one replica).
 
 Every method runs to its end on the event loop without awaiting, so each is atomic as
-the Redis scripts are. The queue keeps, per delivered line, who holds it and when it
-last beat, so a line held by a consumer that stopped beating is claimed as on Redis.
+the Redis scripts are. Its queue is ``MemoryLineQueue`` (``policies/stores/batch_queue.py``).
 """
 
 from __future__ import annotations
 
-import itertools
-import time
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from policies.batches_spec import BatchLimits
+from policies.stores.batch_queue import MemoryLineQueue
 from policies.stores.batch_records import (
     ENDED,
     LINE_COUNTS,
     BatchRecord,
     FileRecord,
     LineResult,
-    QueuedLine,
     Take,
     line_action,
 )
@@ -39,19 +35,10 @@ class _Tenant:
     lines: int = 0
 
 
-@dataclass(slots=True)
-class _Held:
-    line: QueuedLine
-    consumer: str
-    beat: float
-
-
 class MemoryBatchStore:
     def __init__(self) -> None:
         self._tenants: dict[str, _Tenant] = {}
-        self._queue: deque[QueuedLine] = deque()
-        self._held: dict[str, _Held] = {}
-        self._ids = itertools.count(1)
+        self.queue = MemoryLineQueue()
 
     def _of(self, tenant: str) -> _Tenant:
         return self._tenants.setdefault(tenant, _Tenant())
@@ -222,36 +209,3 @@ class MemoryBatchStore:
             for (kind, item), when in t.expiry.items()
             if when <= now
         ]
-
-    async def enqueue(self, tenant: str, batch_id: str, indices: Sequence[int]) -> None:
-        for index in indices:
-            self._queue.append(QueuedLine(str(next(self._ids)), tenant, batch_id, index))
-
-    async def read(self, consumer: str, count: int) -> list[QueuedLine]:
-        taken: list[QueuedLine] = []
-        while self._queue and len(taken) < count:
-            line = self._queue.popleft()
-            self._held[line.entry] = _Held(line, consumer, time.monotonic())
-            taken.append(line)
-        return taken
-
-    async def claim(self, consumer: str, idle_s: float, count: int) -> list[QueuedLine]:
-        now = time.monotonic()
-        stale = [h for h in self._held.values() if now - h.beat >= idle_s][:count]
-        for held in stale:
-            held.consumer, held.beat = consumer, now
-        return [h.line for h in stale]
-
-    async def touch(self, consumer: str, entries: Sequence[str]) -> None:
-        now = time.monotonic()
-        for entry in entries:
-            held = self._held.get(entry)
-            if held is not None and held.consumer == consumer:
-                held.beat = now
-
-    async def ack(self, entries: Sequence[str]) -> None:
-        for entry in entries:
-            self._held.pop(entry, None)
-
-    async def queued(self) -> int:
-        return len(self._queue)

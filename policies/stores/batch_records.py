@@ -10,9 +10,8 @@ batch's record, its lines, their results and the tenant's usage change in one sc
 - per line: its input (until it has a result) and its result, written once (``finish``
   reports whether this call wrote it): the line's answer is kept once however many
   replicas ran it.
-- the queue: every runnable line, once, in one queue every replica reads; a line a
-  replica took is its own until it acknowledges it, or stops beating for it and another
-  replica claims it (``claim``).
+- the queue (``store.queue``, ``policies/stores/batch_queue.py``): every runnable line,
+  once, in one queue every replica reads.
 
 ``MemoryBatchStore`` (``policies/stores/batch_memory.py``) keeps the contract in this
 process, ``RedisBatchStore`` (``policies/stores/batch_redis.py``) on Redis.
@@ -27,6 +26,7 @@ from typing import Any, Protocol, TypeVar
 import orjson
 
 from policies.batches_spec import BatchLimits
+from policies.stores.batch_queue import LineQueue
 
 R = TypeVar("R")
 
@@ -155,15 +155,12 @@ def line_action(record: BatchRecord, now: int) -> str:
     return "run"
 
 
-@dataclass(frozen=True, slots=True)
-class QueuedLine:
-    entry: str  # the queue's id for this delivery
-    tenant: str
-    batch_id: str
-    index: int
-
-
 class BatchStore(Protocol):
+    @property
+    def queue(self) -> LineQueue:
+        """Every runnable line, shared by the replicas."""
+        ...
+
     # files
     async def add_file(self, record: FileRecord, content: bytes | None, limit: int) -> bool:
         """Keep the file (its bytes too, unless they are in the bucket) if the tenant's
@@ -247,27 +244,6 @@ class BatchStore(Protocol):
 
     async def due(self, now: int) -> list[tuple[str, str, str]]:
         """(tenant, ``file`` | ``batch``, id) of what has expired."""
-        ...
-
-    # the queue
-    async def enqueue(self, tenant: str, batch_id: str, indices: Sequence[int]) -> None: ...
-
-    async def read(self, consumer: str, count: int) -> list[QueuedLine]:
-        """Lines nobody took yet; now ``consumer``'s."""
-        ...
-
-    async def claim(self, consumer: str, idle_s: float, count: int) -> list[QueuedLine]:
-        """Lines another consumer took and has not beaten for in ``idle_s``."""
-        ...
-
-    async def touch(self, consumer: str, entries: Sequence[str]) -> None:
-        """The consumer still holds these (its heartbeat)."""
-        ...
-
-    async def ack(self, entries: Sequence[str]) -> None: ...
-
-    async def queued(self) -> int:
-        """Lines in the queue nobody has taken yet."""
         ...
 
 

@@ -2,10 +2,9 @@
 
 Each tenant's keys share the hash tag ``{batch:TENANT}``, so every script (a file and
 the tenant's byte count, a line's result and its batch's counts) runs in one slot of a
-Redis Cluster. The queue is one stream with one consumer group: every replica reads new
-lines from it (``XREADGROUP``), beats for the lines it holds (``XCLAIM`` resets their
-idle time), and takes over a dead replica's (``XAUTOCLAIM`` past ``claim_idle_s``). A
-result is written with ``HSETNX`` in the script that counts it: once per line.
+Redis Cluster. The queue (``queue``) is one stream with one consumer group
+(``policies/stores/batch_queue_redis.py``). A result is written with ``HSETNX`` in the
+script that counts it: once per line.
 
 Keys (``P`` = ``<redis_prefix>``; docs/redis-keys.md):
   P:{batch:T}:usage        hash   bytes, open, lines: what the tenant holds; seq
@@ -28,19 +27,18 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from policies.batches_spec import BatchLimits
+from policies.stores.batch_queue_redis import RedisLineQueue
 from policies.stores.batch_records import (
     ENDED,
     LINE_COUNTS,
     BatchRecord,
     FileRecord,
     LineResult,
-    QueuedLine,
     Take,
     line_action,
 )
 from policies.stores.store_redis import RedisStore
 
-GROUP = "runners"
 CHUNK = 500  # lines per script or pipeline when a batch is written
 
 # KEYS: usage files f blob expiry   ARGV: id limit bytes created expires has_blob blob fields…
@@ -186,7 +184,7 @@ class RedisBatchStore:
     def __init__(self, store: RedisStore) -> None:
         self.store = store
         shared = store.keys("batches")
-        self.queue_key = f"{shared}:lines"
+        self.queue = RedisLineQueue(store)
         self.open_key = f"{shared}:open"
         self.tenants_key = f"{shared}:tenants"
         self._add_file = store.script(_ADD_FILE)
@@ -197,7 +195,6 @@ class RedisBatchStore:
         self._take = store.script(_TAKE)
         self._move = store.script(_MOVE)
         self._remove_batch = store.script(_REMOVE_BATCH)
-        self._group_ready = False
 
     def _k(self, tenant: str, name: str) -> str:
         return f"{self.store.keys(f'batch:{tenant}')}:{name}"
@@ -439,111 +436,3 @@ class RedisBatchStore:
                 kind, _, item = _text(member).partition(":")
                 found.append((tenant, "file" if kind == "f" else "batch", item))
         return found
-
-    async def _group(self) -> None:
-        """The consumer group, made on first use (``BUSYGROUP``: another replica did)."""
-        if self._group_ready:
-            return
-        from redis.exceptions import ResponseError
-
-        async with self.store.errors("batch group"):
-            try:
-                await self.store.client.xgroup_create(self.queue_key, GROUP, id="0", mkstream=True)
-            except ResponseError as exc:
-                if "BUSYGROUP" not in str(exc):
-                    raise
-        self._group_ready = True
-
-    async def enqueue(self, tenant: str, batch_id: str, indices: Sequence[int]) -> None:
-        await self._group()
-        client = self.store.client
-
-        async def add(part: Sequence[int]) -> None:
-            async with client.pipeline(transaction=False) as pipe:
-                for index in part:
-                    pipe.xadd(self.queue_key, {"t": tenant, "b": batch_id, "n": index})
-                await pipe.execute()
-
-        for start in range(0, len(indices), CHUNK):
-            await self._call("batch enqueue", add, indices[start : start + CHUNK])
-
-    def _lines(self, entries: Sequence[Any]) -> list[QueuedLine]:
-        lines = []
-        for entry, raw in entries:
-            if raw is None:  # deleted under us
-                continue
-            fields = {_text(k): _text(v) for k, v in raw.items()}
-            lines.append(QueuedLine(_text(entry), fields["t"], fields["b"], int(fields["n"])))
-        return lines
-
-    async def read(self, consumer: str, count: int) -> list[QueuedLine]:
-        await self._group()
-        reply = await self._call(
-            "batch read",
-            self.store.client.xreadgroup,
-            GROUP,
-            consumer,
-            {self.queue_key: ">"},
-            count,
-        )
-        return self._lines(reply[0][1]) if reply else []
-
-    async def claim(self, consumer: str, idle_s: float, count: int) -> list[QueuedLine]:
-        await self._group()
-        reply = await self._call(
-            "batch claim",
-            self.store.client.xautoclaim,
-            self.queue_key,
-            GROUP,
-            consumer,
-            int(idle_s * 1000),
-            "0-0",
-            count,
-        )
-        gone = [_text(e) for e in reply[2]] if len(reply) > 2 else []
-        if gone:  # entries deleted while pending: nothing to run
-            await self.ack(gone)
-        return self._lines(reply[1])
-
-    async def touch(self, consumer: str, entries: Sequence[str]) -> None:
-        if not entries:
-            return
-        client = self.store.client
-        await self.store.call(
-            "batch touch",
-            client.xclaim,
-            self.queue_key,
-            GROUP,
-            consumer,
-            0,
-            list(entries),
-            justid=True,
-        )
-
-    async def ack(self, entries: Sequence[str]) -> None:
-        if not entries:
-            return
-        client = self.store.client
-
-        async def done() -> None:
-            async with client.pipeline(transaction=False) as pipe:
-                pipe.xack(self.queue_key, GROUP, *entries)
-                pipe.xdel(self.queue_key, *entries)
-                await pipe.execute()
-
-        await self._call("batch ack", done)
-
-    async def queued(self) -> int:
-        """Entries are deleted when acknowledged: the stream holds the undelivered ones
-        and the pending ones."""
-        await self._group()
-        client = self.store.client
-
-        async def count() -> Any:
-            async with client.pipeline(transaction=False) as pipe:
-                pipe.xlen(self.queue_key)
-                pipe.xpending(self.queue_key, GROUP)
-                return await pipe.execute()
-
-        length, pending = await self._call("batch queued", count)
-        return max(int(length) - int(pending["pending"]), 0)

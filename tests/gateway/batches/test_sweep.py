@@ -68,9 +68,9 @@ async def test_lines_never_queued_are_queued_once(files: Files) -> None:
     await store.add_lines("acme", "batch_q", {0: b"{}", 1: b"{}", 2: b"{}"}, [])
     await store.move("acme", "batch_q", [VALIDATING], IN_PROGRESS, NOW - 100)
     await tend(files, SPEC, await current(files, "batch_q"), NOW)
-    assert await store.queued() == 3 and (await current(files, "batch_q")).queued == 1
+    assert await store.queue.queued() == 3 and (await current(files, "batch_q")).queued == 1
     await tend(files, SPEC, await current(files, "batch_q"), NOW)
-    assert await store.queued() == 3  # not twice
+    assert await store.queue.queued() == 3  # not twice
 
 
 async def test_a_batch_whose_finisher_died_is_finished(files: Files) -> None:

@@ -123,22 +123,22 @@ async def test_a_lines_result_is_written_once_and_counted(store: BatchStore) -> 
 
 
 async def test_the_queue_hands_a_silent_consumers_lines_to_another(store: BatchStore) -> None:
-    await store.enqueue("acme", "batch_1", [0, 1, 2])
-    assert await store.queued() == 3
-    first = await store.read("alpha", 2)
+    await store.queue.enqueue("acme", "batch_1", [0, 1, 2])
+    assert await store.queue.queued() == 3
+    first = await store.queue.read("alpha", 2)
     assert [(q.batch_id, q.index) for q in first] == [("batch_1", 0), ("batch_1", 1)]
-    assert await store.queued() == 1
-    assert [q.index for q in await store.read("beta", 5)] == [2]
-    assert await store.queued() == 0 and await store.read("beta", 5) == []
-    await store.ack([first[0].entry])
+    assert await store.queue.queued() == 1
+    assert [q.index for q in await store.queue.read("beta", 5)] == [2]
+    assert await store.queue.queued() == 0 and await store.queue.read("beta", 5) == []
+    await store.queue.ack([first[0].entry])
     await asyncio.sleep(0.3)
-    await store.touch("alpha", [first[1].entry])  # alpha still beats for line 1
-    claimed = await store.claim("beta", 0.2, 10)
+    await store.queue.touch("alpha", [first[1].entry])  # alpha still beats for line 1
+    claimed = await store.queue.claim("beta", 0.2, 10)
     assert [c.index for c in claimed] == [2]  # beta's own silent line, not alpha's
-    await store.ack([c.entry for c in claimed])
+    await store.queue.ack([c.entry for c in claimed])
     await asyncio.sleep(0.3)  # alpha went silent
-    claimed = await store.claim("beta", 0.2, 10)
+    claimed = await store.queue.claim("beta", 0.2, 10)
     assert [(c.entry, c.index) for c in claimed] == [(first[1].entry, 1)]
-    await store.ack([c.entry for c in claimed])
-    assert await store.claim("gamma", 0.0, 10) == []
-    assert await store.queued() == 0
+    await store.queue.ack([c.entry for c in claimed])
+    assert await store.queue.claim("gamma", 0.0, 10) == []
+    assert await store.queue.queued() == 0
