@@ -19,15 +19,15 @@ from starlette.responses import Response
 from gateway.admin import report
 from gateway.admin.deps import AdminDep
 from gateway.admin.limits import budget_limits
-from gateway.errors import InvalidRequest, ServiceUnavailable
+from gateway.errors import InvalidRequest
 from gateway.state import GatewayState
 from policies.stores.ledger import SpendEvent, days_between
-from policies.stores.store import StoreUnavailable
 
 MAX_DAYS = 366
 DEFAULT_DAYS = 7
 EVENT_SAMPLE = 500
 DENIALS_SHOWN = 50
+TOOL_CALLS_SHOWN = 100
 
 
 def today() -> date:
@@ -73,12 +73,9 @@ async def overview(state: AdminDep, start: str | None = None, end: str | None = 
 async def _overview(state: GatewayState, start: date, end: date) -> Response:
     tenants, tiers = state.keys.tenant_names(), list(state.config.tiers)
     now = today()
-    try:
-        aggregates = await state.parts.money.ledger.daily(tenants, start, end)
-        today_aggs = await state.parts.money.ledger.daily(tenants, now, now)
-        month_aggs = await state.parts.money.ledger.daily(tenants, now.replace(day=1), now)
-    except StoreUnavailable as exc:
-        raise ServiceUnavailable("the ledger is unavailable") from exc
+    aggregates = await state.parts.money.ledger.daily(tenants, start, end)
+    today_aggs = await state.parts.money.ledger.daily(tenants, now, now)
+    month_aggs = await state.parts.money.ledger.daily(tenants, now.replace(day=1), now)
 
     share = None
     if state.parts.router.shares is not None:
@@ -97,6 +94,7 @@ async def _overview(state: GatewayState, start: date, end: date) -> Response:
         body["tier_share"] = share  # target vs actual share per tier (routing.target_share)
         body["objective"] = objective  # λ, expected quality given up (routing.objective)
         body["latency"] = report.latency(aggregates, tiers)
+        body["tool_calls"] = report.tool_calls(aggregates)  # MCP (/mcp)
         limits = budget_limits(state.config)
         body["budgets"] = report.budget_rows(tenants, limits, today_aggs, month_aggs)
         body["range"] = {"start": start.isoformat(), "end": end.isoformat()}
@@ -111,15 +109,29 @@ async def denials(state: AdminDep, start: str | None = None, end: str | None = N
 
 
 async def _denials(state: GatewayState, start: date, end: date) -> Response:
-    try:
-        events = await _events(state, start, end)
-    except StoreUnavailable as exc:
-        raise ServiceUnavailable("the ledger is unavailable") from exc
+    events = await _events(state, start, end)
     rows = await asyncio.to_thread(report.denials, events, DENIALS_SHOWN)
     return _json(
         {
             "range": {"start": start.isoformat(), "end": end.isoformat()},
             "sampled_events": len(events),
             "denials": rows,
+        }
+    )
+
+
+async def tool_calls(state: AdminDep, start: str | None = None, end: str | None = None) -> Response:
+    """The newest MCP tool calls among the newest events of the range."""
+    return await _tool_calls(state, *date_range(start, end))
+
+
+async def _tool_calls(state: GatewayState, start: date, end: date) -> Response:
+    events = await _events(state, start, end)
+    rows = await asyncio.to_thread(report.recent_tool_calls, events, TOOL_CALLS_SHOWN)
+    return _json(
+        {
+            "range": {"start": start.isoformat(), "end": end.isoformat()},
+            "sampled_events": len(events),
+            "tool_calls": rows,
         }
     )

@@ -16,7 +16,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.admin.audit import record, store_unavailable
+from gateway.admin.audit import record
 from gateway.admin.budgets import NotFound
 from gateway.admin.deps import AdminDep
 from gateway.admin.protocol import KeyCreate, KeyScopeFields, KeyUpdate
@@ -27,7 +27,6 @@ from gateway.state import GatewayState
 from gateway.wire.common import parse_body
 from policies.stores.budget import Scope, key_scope
 from policies.stores.keys import KeyScope, ManagedKey, issue_key, tier_problems
-from policies.stores.store import StoreUnavailable
 
 BODY_LIMIT = 64 * 1024
 M = TypeVar("M", bound=KeyScopeFields)
@@ -56,11 +55,11 @@ def _scope(fields: KeyScopeFields, base: KeyScope) -> KeyScope:
     changes: dict[str, Any] = {}
     if "expires_at" in sent:
         changes["expires_at"] = _ts(fields.expires_at)
-    for name in ("allowed_tiers", "allowed_models"):
+    for name in ("allowed_tiers", "allowed_models", "mcp_tools"):
         if name in sent:
             value = getattr(fields, name)
             changes[name] = None if value is None else tuple(value)
-    for name in ("budget", "rate_limit", "metadata"):
+    for name in ("budget", "rate_limit", "metadata", "mcp_rate_limit"):
         if name in sent:
             changes[name] = getattr(fields, name)
     return base.model_copy(update=changes)
@@ -96,6 +95,10 @@ def key_body(key: ManagedKey, now: float, last_used: float | None = None) -> dic
         "budget": None if scope.budget is None else scope.budget.model_dump(),
         "rate_limit": None if scope.rate_limit is None else scope.rate_limit.model_dump(),
         "metadata": scope.metadata,
+        "mcp_tools": scope.mcp_tools,
+        "mcp_rate_limit": None
+        if scope.mcp_rate_limit is None
+        else scope.mcp_rate_limit.model_dump(),
     }
 
 
@@ -104,10 +107,7 @@ def _json(body: Any, status: int = 200) -> Response:
 
 
 async def _existing(state: GatewayState, key_id: str) -> ManagedKey:
-    try:
-        key = await state.keys.store.get(key_id)
-    except StoreUnavailable as exc:
-        raise store_unavailable("key", exc) from exc
+    key = await state.keys.store.get(key_id)
     if key is None:
         raise NotFound(f"no API key {key_id!r}", param="id")
     return key
@@ -115,10 +115,7 @@ async def _existing(state: GatewayState, key_id: str) -> ManagedKey:
 
 async def _save(request: Request, state: GatewayState, action: str, old: ManagedKey | None,
                 new: ManagedKey) -> None:  # fmt: skip
-    try:
-        await state.keys.store.put(new)
-    except StoreUnavailable as exc:
-        raise store_unavailable("key", exc) from exc
+    await state.keys.store.put(new)
     state.keys.changed()  # this replica at once; the others on their next poll
     now = time.time()
     await record(request, state, action, new.id,
@@ -128,10 +125,7 @@ async def _save(request: Request, state: GatewayState, action: str, old: Managed
 @endpoints.post("", status_code=201, openapi_extra=request_body(KeyCreate))
 async def create_key(request: Request, state: AdminDep) -> Response:
     body = await _body(request, state, KeyCreate)
-    try:
-        await state.keys.load_tenants()  # a tenant made a moment ago on another replica
-    except StoreUnavailable as exc:
-        raise store_unavailable("key", exc) from exc
+    await state.keys.load_tenants()  # a tenant made a moment ago on another replica
     scope = _scope(body, KeyScope())
     _check(state, body.tenant, scope)
     raw, key = issue_key(body.tenant, body.name, scope)
@@ -141,15 +135,10 @@ async def create_key(request: Request, state: AdminDep) -> Response:
 
 @endpoints.get("")
 async def list_keys(state: AdminDep, tenant: str | None = None) -> Response:
-    try:
-        keys = await state.keys.store.list(tenant or None)
-        used = await state.keys.store.last_used()
-        scopes = [Scope(key_scope(k.tenant, k.id), k.scope.budget) for k in keys]
-        spend = (
-            {s.scope: s for s in await state.parts.money.budgets.status(scopes)} if scopes else {}
-        )
-    except StoreUnavailable as exc:
-        raise store_unavailable("key", exc) from exc
+    keys = await state.keys.store.list(tenant or None)
+    used = await state.keys.store.last_used()
+    scopes = [Scope(key_scope(k.tenant, k.id), k.scope.budget) for k in keys]
+    spend = {s.scope: s for s in await state.parts.money.budgets.status(scopes)} if scopes else {}
     now, rows = time.time(), []
     for key in keys:
         status = spend[key_scope(key.tenant, key.id)]

@@ -19,7 +19,30 @@ from gateway.settings import load_effective_config
 from policies.loader import ConfigError
 from policies.schema import ClassifierConfig, GatewayConfig
 
-BATCH = 512
+BATCH = 512  # conversations scored at once; the embedder splits them further
+
+
+class Progress:
+    """``classified N/M (R/s)`` on stderr, at most every ``every_s`` seconds."""
+
+    def __init__(self, total: int, every_s: float = 5.0) -> None:
+        self.total, self.every_s = total, every_s
+        self.started = self.shown = time.monotonic()
+        self.count = 0
+
+    def done(self, count: int) -> None:
+        self.count = count
+        if time.monotonic() - self.shown >= self.every_s:
+            self._show()
+
+    def finish(self) -> None:
+        if self.total:
+            self._show()
+
+    def _show(self) -> None:
+        self.shown = time.monotonic()
+        rate = self.count / max(self.shown - self.started, 1e-9)
+        print(f"classified {self.count}/{self.total} ({rate:.0f}/s)", file=sys.stderr, flush=True)
 
 
 def _config(path: Path | None) -> GatewayConfig:
@@ -73,10 +96,13 @@ def cmd_classify(args: argparse.Namespace) -> int:
     finally:
         if source is not sys.stdin.buffer:
             source.close()
+    progress = Progress(len(records))
     scores = []
     for start in range(0, len(records), BATCH):
         batch = [m for _, m in records[start : start + BATCH]]
         scores += score_conversations(built.classifier, built.embedder, batch)
+        progress.done(len(scores))
+    progress.finish()
     traffic = built.quality.reference_traffic() if built.quality is not None else None
     routed = traffic_tiers(config, [m for _, m in records], scores, traffic)
     target = sys.stdout.buffer if args.output == "-" else open(args.output, "wb")
@@ -253,14 +279,14 @@ def objective_report(
     import numpy as np
 
     from routers.objective import Objective
-    from routers.quality import QualityModel
+    from routers.setup import quality_model
     from routers.training.batch import cached_embed, embed_texts, format_calibration
     from routers.training.complexity_fit import feature_matrix
     from routers.training.heldout import evaluate_sets, format_sets, held_out_sets, tier_calibration
     from routers.training.tier_sets import TierSet
 
     spec = config.routing.classifier or ClassifierConfig()
-    model = QualityModel.load(Path(spec.quality) if spec.quality else None)
+    model = quality_model(spec)
     configured = config.routing.objective
     objective = (
         Objective(configured.kind, configured.share, configured.segment)

@@ -28,7 +28,6 @@ from gateway.learning.records import HITS
 from gateway.wire.common import parse_body
 from policies.stores.cache.storage import CacheUnavailable
 from policies.stores.feedback import RequestRecord
-from policies.stores.store import StoreUnavailable
 
 endpoints = APIRouter(
     route_class=GatewayEndpoint, tags=["v1"], responses=errors(400, 401, 404, 409, 413, 500, 503)
@@ -72,16 +71,13 @@ async def post_feedback(request: Request, call: TenantDep) -> Response:
         raise InvalidRequest(
             "feedback is not enabled on this gateway (routing.feedback)", code="feedback_disabled"
         )
-    try:
-        record = await feedback.record(body.request_id)
-        if record is None or record.tenant != principal.tenant:
-            raise RequestNotFound(
-                f"no request {body.request_id!r} to give feedback on (unknown or expired)",
-                param="request_id",
-            )
-        previous, label = await feedback.client_verdict(spec, principal, record, body.verdict)
-    except StoreUnavailable as exc:
-        raise ServiceUnavailable("the feedback store is unreachable; try again shortly") from exc
+    record = await feedback.record(body.request_id)
+    if record is None or record.tenant != principal.tenant:
+        raise RequestNotFound(
+            f"no request {body.request_id!r} to give feedback on (unknown or expired)",
+            param="request_id",
+        )
+    previous, label = await feedback.client_verdict(spec, principal, record, body.verdict)
     if previous is not None and previous != body.verdict:
         raise VerdictConflict(
             f"request {body.request_id!r} already has the verdict {previous!r}", param="verdict"
