@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
+
+# Who is waiting for an answer: a client (``interactive``), or nobody right now (``batch``:
+# a line of a batch job, which runs in the slots interactive requests leave free).
+Priority = Literal["interactive", "batch"]
 
 
 @dataclass(frozen=True, slots=True)

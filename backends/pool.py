@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from backends.affinity import PrefixIndex, block_keys, canonical_prompt
-from backends.base import Chunk, GenerationRequest
+from backends.base import Chunk, GenerationRequest, Priority
 from backends.errors import EngineOverloaded, EngineUnavailable, UpstreamFailed
 from backends.replica import Replica
 
@@ -204,7 +204,10 @@ class EnginePool:
         self._wake()
 
     async def stream(
-        self, request: GenerationRequest, info: StreamInfo | None = None
+        self,
+        request: GenerationRequest,
+        info: StreamInfo | None = None,
+        priority: Priority = "interactive",
     ) -> AsyncIterator[Chunk]:
         """Stream from one replica; before the first chunk, overload or death moves to another."""
         info = info or StreamInfo()

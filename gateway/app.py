@@ -24,6 +24,8 @@ from backends.pool import EnginePool, PoolSettings, Replica
 from backends.registry import build_engine
 from gateway.admin import endpoints as admin
 from gateway.admin.auth import weak_admin_key
+from gateway.batches import endpoints as batches
+from gateway.batches.runner import BatchRunner
 from gateway.cache.build import close_cache, open_cache
 from gateway.chat import endpoints as chat
 from gateway.cluster.deployment import join_cluster
@@ -55,8 +57,10 @@ from gateway.throttle import GuessThrottle
 from gateway.types import Readiness
 from policies.engine_spec import PoolSpec
 from policies.schema import GatewayConfig
+from policies.stores.batch_bucket import Bucket
 from policies.stores.factories import (
     open_audit,
+    open_batch_store,
     open_budget_store,
     open_key_store,
     open_ledger,
@@ -79,6 +83,7 @@ FAMILIES: tuple[Family, ...] = (
     chat.FAMILY,
     completions.FAMILY,
     responses.FAMILY,
+    batches.FAMILY,  # before messages: /v1/messages/batches is its own
     messages.FAMILY,
     embeddings.FAMILY,
     models.FAMILY,
@@ -158,7 +163,9 @@ async def build_state(
         served_embedder=await _served_embedder(config, routing, notes),
         readiness=Readiness(),
         responses=ResponseStore(store),
+        batches=open_batch_store(store),
         feedback=feedback,
+        bucket=Bucket(config.batches.s3) if config.batches.s3 is not None else None,
     )
     return GatewayState(
         core=ServingCore(config, parts),
@@ -318,6 +325,8 @@ def create_app(
         loops = [asyncio.create_task(poll_keys(state)), asyncio.create_task(replay_journal(state))]
         if state.parts.feedback is not None:  # records, the serving model, refits
             loops.append(asyncio.create_task(state.parts.feedback.run(lambda: state.config)))
+        runner = BatchRunner(lambda: state.core, state.keys, state.tracing)  # batch lines
+        loops.append(asyncio.create_task(runner.run()))
         state.parts.readiness.ready = True
         # Long-lived startup objects leave the GC's young generations: shorter pauses later.
         gc.collect()

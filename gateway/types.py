@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from backends.base import GenerationRequest, Usage
+from backends.base import GenerationRequest, Priority, Usage
 from policies.schema import GatewayConfig
 from policies.stores.ledger import SpendEvent, now
 from policies.tenants import Principal
@@ -44,6 +44,7 @@ class Ask:
     cache_control: str | None = None  # the request's ``Cache-Control`` header
     forced_tier: str | None = None  # the request's ``x-tiergate-tier`` header
     metadata: Mapping[str, str] | None = None  # the client's annotation: ledger and trace
+    priority: Priority = "interactive"  # "batch": a batch line (batch prices, spare slots)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,11 @@ class RoutedRequest:
     classify_s: float | None = None  # how long the classification took, when it ran
     quality_model: ServedQuality | None = None  # None: the classifier's own per-tier model
     metadata: Mapping[str, str] | None = None  # the client's annotation (no engine sees it)
+    priority: Priority = "interactive"  # the pool schedules by it; a batch line pays batch prices
+
+    @property
+    def batch(self) -> bool:
+        return self.priority == "batch"
 
     @property
     def tier(self) -> str:
@@ -133,6 +139,8 @@ class Outcome:
     first_token_s: float | None  # to the first text or tool call (the ledger's ttft)
     classify_s: float | None
     dispatched: bool
+    batch: bool = False  # a batch line: charged at the model's batch price
+    saved_batch_usd: float = 0.0  # the interactive price of the same answer, minus the cost
 
     def ledger_event(
         self,
@@ -163,6 +171,8 @@ class Outcome:
             ttft_ms=(self.first_token_s or self.latency_s) * 1000,
             downgraded=downgraded,
             metadata=metadata,
+            batch=self.batch,
+            saved_batch_usd=self.saved_batch_usd,
         )
 
     def denial_event(
@@ -179,6 +189,7 @@ class Outcome:
             kind="denied",
             status=self.denied or "refused",
             metadata=metadata,
+            batch=self.batch,
         )
 
 

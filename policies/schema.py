@@ -12,6 +12,7 @@ from pydantic import (
     model_validator,
 )
 
+from policies.batches_spec import BatchesConfig
 from policies.embedding_spec import EmbeddingSpec, embedding_problems
 from policies.engine_spec import EngineSpec, TierSpec
 from policies.feedback_spec import FeedbackConfig, feedback_problems
@@ -41,6 +42,8 @@ class Price(Frozen):
     input: float = Field(ge=0)
     cached_input: float | None = Field(None, ge=0)
     output: float = Field(ge=0)
+    # What a batch line pays, as a share of the prices above (OpenAI and Anthropic: half).
+    batch: float = Field(0.5, ge=0, le=1)
 
     def cost(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> float:
         cached_rate = self.input if self.cached_input is None else self.cached_input
@@ -351,6 +354,7 @@ class GatewayConfig(Frozen):
     cache: CacheConfig = CacheConfig()
     embeddings: dict[str, EmbeddingSpec] = Field(default_factory=dict)  # POST /v1/embeddings
     responses: ResponsesConfig = ResponsesConfig()  # stored /v1/responses
+    batches: BatchesConfig = BatchesConfig()  # /v1/files, /v1/batches, /v1/messages/batches
     mcp: McpConfig = McpConfig()  # /mcp: the upstream MCP servers (policies/mcp_spec.py)
 
     @model_validator(mode="after")

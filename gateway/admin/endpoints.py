@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from gateway.admin import audit, budgets, cache, keys, learning, pages, policies, tenants
+from gateway.admin import audit, batches, budgets, cache, keys, learning, pages, policies, tenants
 from gateway.admin import dashboard as api
 from gateway.admin.protocol import BudgetUpdate, KeyCreate, KeyUpdate, TenantCreate, TenantUpdate
 from gateway.edge.family import Family
@@ -40,6 +40,7 @@ FAMILY = Family(
         keys.endpoints,
         tenants.endpoints,
         audit.endpoints,
+        batches.endpoints,
         dashboard(),
         policies.endpoints,
     ),

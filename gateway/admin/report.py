@@ -53,6 +53,7 @@ def overview(
             "cost_usd",
             "saved_routing_usd",
             "saved_cache_usd",
+            "saved_batch_usd",
             "denied_budget",
             "denied_rate_limit",
         ):
@@ -60,10 +61,11 @@ def overview(
         for name, value in agg.values.items():
             if ":" not in name:
                 totals[name] += value
-    cost, routing, cache = (
+    cost, routing, cache, batch = (
         totals["cost_usd"],
         totals["saved_routing_usd"],
         totals["saved_cache_usd"],
+        totals["saved_batch_usd"],
     )
     requests = totals["requests"]
     hits = totals["cache_exact"] + totals["cache_semantic"]
@@ -76,7 +78,10 @@ def overview(
             "cost_usd": cost,
             "saved_routing_usd": routing,
             "saved_cache_usd": cache,
-            "baseline_usd": cost + routing + cache,
+            "saved_batch_usd": batch,  # batch lines: their interactive price minus their cost
+            "batch_requests": totals["batch_requests"],
+            "batch_cost_usd": totals["batch_cost_usd"],
+            "baseline_usd": cost + routing + cache + batch,
             "denied_budget": totals["denied_budget"],
             "denied_rate_limit": totals["denied_rate_limit"],
         },

@@ -37,6 +37,8 @@ from gateway.telemetry.timing import current_timer, timed
 from gateway.telemetry.tracing import GENERATION, SETTLEMENT, current_trace
 from gateway.types import Ask, Charges, Outcome, Progress, Readiness, RoutedRequest
 from policies.schema import GatewayConfig
+from policies.stores.batch_bucket import Bucket
+from policies.stores.batch_records import BatchStore
 from policies.stores.responses import ResponseStore
 from policies.stores.store import Store
 from routers.decision import TierDecision, may_answer
@@ -57,7 +59,9 @@ class Collaborators:
     served_embedder: ServedEmbedder | None  # the classifier's MiniLM, for /v1/embeddings
     readiness: Readiness
     responses: ResponseStore  # stored /v1/responses, per API key
+    batches: BatchStore  # files, batches, their lines and the shared line queue
     feedback: Feedback | None = None  # ``routing.feedback``: records, shadows, refits
+    bucket: Bucket | None = None  # ``batches.s3``: files over ``batches.store_max_bytes``
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +196,8 @@ class Run:
         while True:
             tier = self.decision.tier
             info = StreamInfo()
-            stream = self.pools[tier].stream(self._engine_request(self.decision), info)
+            request, priority = self._engine_request(self.decision), self.routed.priority
+            stream = self.pools[tier].stream(request, info, priority=priority)
             self.progress.dispatched = True
             try:
                 with timed("engine"):
@@ -331,9 +336,9 @@ class Run:
         probe, recorder, outcome = self.probe, self._recorder, self.outcome
         if probe is None or recorder is None or outcome is None or outcome.error is not None:
             return
-        finished = recorder.finished(
-            model=outcome.model, tier=outcome.tier, cost_usd=outcome.cost_usd
-        )
+        # The entry keeps the interactive price: a batch line's discount is its own.
+        listed = outcome.cost_usd + outcome.saved_batch_usd
+        finished = recorder.finished(model=outcome.model, tier=outcome.tier, cost_usd=listed)
         if finished is not None:
             await probe.store(finished)
 
@@ -361,6 +366,7 @@ class Run:
                 denied=denied,
                 latency_s=latency_s,
                 classify_s=self.routed.classify_s,
+                batch=self.routed.batch,
             )
         if outcome.saved_cache_usd and probe is not None:
             probe.saved(outcome.saved_cache_usd)

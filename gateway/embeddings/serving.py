@@ -52,6 +52,7 @@ class EmbeddingCall:
     model: str
     spec: EmbeddingSpec
     metadata: Mapping[str, str] | None = None  # embeddings take none; for the ledger
+    batch: bool = False  # a batch line: the model's batch price
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +64,9 @@ class Prepared:
     prompt_tokens: int
 
 
-def _call(config: GatewayConfig, principal: Principal, model: str) -> EmbeddingCall:
+def _call(
+    config: GatewayConfig, principal: Principal, model: str, request_id: str | None, batch: bool
+) -> EmbeddingCall:
     spec = config.embeddings.get(model)
     if spec is None:
         raise ModelNotFound(
@@ -74,7 +77,8 @@ def _call(config: GatewayConfig, principal: Principal, model: str) -> EmbeddingC
     refusal = principal.model_refusal(model, config)
     if refusal is not None:
         raise PermissionDenied(refusal, param="model")
-    return EmbeddingCall(config, new_request_id("emb"), principal, model, spec)
+    request_id = request_id or new_request_id("emb")
+    return EmbeddingCall(config, request_id, principal, model, spec, batch=batch)
 
 
 async def _prepare_local(served: ServedEmbedder, model: str, body: EmbeddingRequest) -> Prepared:
@@ -134,7 +138,7 @@ class EmbeddingRun:
         self.started = time.perf_counter()
         self.trace = current_trace()
         tokens = prepared.prompt_tokens
-        usd = model_cost(call.config, call.model, Usage(tokens, 0))
+        usd = model_cost(call.config, call.model, Usage(tokens, 0), call.batch)
         worst = [WorstCase(EMBEDDINGS, usd, tokens, 0)]
         self.hold = Hold(money, call.config, call, worst, tokens)
 
@@ -183,7 +187,13 @@ class EmbeddingRun:
             latency_s = time.perf_counter() - self.started
             config, model = self.call.config, self.call.model
             self.outcome = embedding_outcome(
-                config, model, usage, error=error, denied=denied, latency_s=latency_s
+                config,
+                model,
+                usage,
+                error=error,
+                denied=denied,
+                latency_s=latency_s,
+                batch=self.call.batch,
             )
             tenant, request_id = self.call.principal.tenant, self.call.request_id
             observe.embedded(self.metrics, self.trace, tenant, request_id, self.outcome)
@@ -214,12 +224,18 @@ def _source(core: ServingCore, call: EmbeddingCall) -> ServedEmbedder | Embeddin
 
 
 async def create_embeddings(
-    core: ServingCore, principal: Principal, body: EmbeddingRequest
+    core: ServingCore,
+    principal: Principal,
+    body: EmbeddingRequest,
+    *,
+    request_id: str | None = None,
+    batch: bool = False,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """The response body and headers on the request's core (its snapshot and
-    collaborators); raises an ``ApiError`` for every refusal."""
+    collaborators); raises an ``ApiError`` for every refusal. A batch line names its
+    own ``request_id`` (the same on every try: it is charged once) and pays batch prices."""
     config = core.config
-    call = _call(config, principal, body.model)
+    call = _call(config, principal, body.model, request_id, batch)
     source = _source(core, call)
     if isinstance(source, ServedEmbedder):
         prepared = await _prepare_local(source, call.model, body)

@@ -147,7 +147,12 @@ class Hold:
         cheaper tiers it may be moved to, most capable first."""
         config, decision = routed.config, routed.decision
         worst, rate_tokens = admission_worst(
-            config, routed.generation, decision.tier, routed.principal.policy, decision.pinned_model
+            config,
+            routed.generation,
+            decision.tier,
+            routed.principal.policy,
+            decision.pinned_model,
+            routed.batch,
         )
         return cls(money, config, routed, worst, rate_tokens)
 

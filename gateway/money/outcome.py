@@ -10,7 +10,7 @@ every ending.
 from __future__ import annotations
 
 from backends.base import Usage
-from gateway.money.spend import model_cost, text_upper_tokens
+from gateway.money.spend import batch_rate, model_cost, text_upper_tokens
 from gateway.types import Charges, Outcome, Progress, status_of
 from policies.savings import routing_saving
 from policies.schema import GatewayConfig
@@ -40,19 +40,23 @@ def conclude(
     denied: str | None,
     latency_s: float,
     classify_s: float | None,
+    batch: bool = False,
 ) -> Outcome:
+    """A batch line pays its model's batch share of the interactive price (``cost``);
+    routing and cache savings stay at interactive prices, the rest is ``saved_batch``."""
     usage = charged_usage(config, progress, charges)
     tokens = (usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
     if progress.hit_cost_usd is not None:
         # A hit costs ``hit_charge`` of what the stored answer cost; routing saved what
         # that answer saved when it was generated, the cache the rest.
-        cost = progress.hit_cost_usd * charges.hit_charge
-        saved_cache = progress.hit_cost_usd - cost
+        listed = progress.hit_cost_usd * charges.hit_charge
+        saved_cache = progress.hit_cost_usd - listed
         saved_routing = routing_saving(config, progress.hit_cost_usd, *tokens)
     else:
-        cost = model_cost(config, progress.model, usage)
+        listed = model_cost(config, progress.model, usage)
         saved_cache = 0.0
-        saved_routing = routing_saving(config, cost, *tokens) if usage.total_tokens else 0.0
+        saved_routing = routing_saving(config, listed, *tokens) if usage.total_tokens else 0.0
+    cost = listed * batch_rate(config, progress.model) if batch else listed
     return Outcome(
         tier=progress.tier,
         model=progress.model,
@@ -75,6 +79,8 @@ def conclude(
         first_token_s=progress.first_token_s,
         classify_s=classify_s,
         dispatched=progress.dispatched,
+        batch=batch,
+        saved_batch_usd=listed - cost,
     )
 
 
@@ -89,8 +95,12 @@ def embedding_outcome(
     error: str | None,
     denied: str | None,
     latency_s: float,
+    batch: bool = False,
 ) -> Outcome:
-    """An embeddings request's ``Outcome``: input tokens only, no cache, no routing."""
+    """An embeddings request's ``Outcome``: input tokens only, no cache, no routing (a
+    batch line at the model's batch price)."""
+    listed = model_cost(config, model, usage)
+    cost = model_cost(config, model, usage, batch)
     return Outcome(
         tier=EMBEDDINGS,
         model=model,
@@ -102,7 +112,7 @@ def embedding_outcome(
         usage=usage,
         usage_reported=error is None,
         finish_reason=None,
-        cost_usd=model_cost(config, model, usage),
+        cost_usd=cost,
         saved_routing_usd=0.0,
         saved_cache_usd=0.0,
         trail=(),
@@ -113,4 +123,6 @@ def embedding_outcome(
         first_token_s=None,
         classify_s=None,
         dispatched=usage.prompt_tokens > 0,
+        batch=batch,
+        saved_batch_usd=listed - cost,
     )

@@ -102,11 +102,19 @@ def tier_models(config: GatewayConfig, tier: str) -> list[str]:
     ]
 
 
-def model_cost(config: GatewayConfig, model: str, usage: Usage) -> float:
+def model_cost(config: GatewayConfig, model: str, usage: Usage, batch: bool = False) -> float:
+    """What ``usage`` costs on ``model``; a batch line pays the model's batch share."""
     price = config.prices.get(model)
     if price is None:
         return 0.0
-    return price.cost(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
+    cost = price.cost(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
+    return cost * price.batch if batch else cost
+
+
+def batch_rate(config: GatewayConfig, model: str) -> float:
+    """The share of its interactive price a batch line pays on ``model``."""
+    price = config.prices.get(model)
+    return 1.0 if price is None else price.batch
 
 
 def model_cap(config: GatewayConfig, model: str, cap: int) -> int:
@@ -129,7 +137,12 @@ def text_upper_tokens(config: GatewayConfig, text_bytes: int) -> int:
 
 
 def worst_case(
-    config: GatewayConfig, tier: str, prompt_tokens: int, cap: int, pinned: str | None = None
+    config: GatewayConfig,
+    tier: str,
+    prompt_tokens: int,
+    cap: int,
+    pinned: str | None = None,
+    batch: bool = False,
 ) -> WorstCase:
     """The dearest model the request could land on (its tier, or any failover tier)."""
     models = tier_models(config, tier)
@@ -139,7 +152,7 @@ def worst_case(
     usd = 0.0
     for model in models:
         usage = Usage(prompt_tokens, model_cap(config, model, cap))
-        usd = max(usd, model_cost(config, model, usage))
+        usd = max(usd, model_cost(config, model, usage, batch))
     return WorstCase(tier, usd, prompt_tokens, cap)
 
 
@@ -158,15 +171,16 @@ def admission_worst(
     tier: str,
     policy: TenantSpec,
     pinned: str | None,
+    batch: bool = False,
 ) -> tuple[list[WorstCase], int]:
     """What admitting a generation on ``tier`` holds: the worst cases of its tier and,
     for a ``downgrade`` tenant, of the cheaper tiers it may be moved to, most capable
-    first; and the tokens its rate limit counts."""
+    first (at batch prices for a batch line); and the tokens its rate limit counts."""
     rate_tokens = prompt_upper_tokens(config, generation, tier)
     rate_tokens += completion_cap(config, generation, tier)
     downgrade = policy.on_budget_exceeded == "downgrade"
     tiers = downgrade_tiers(config, policy, tier) if downgrade else [tier]
-    return worst_cases(config, tiers, generation, pinned), rate_tokens
+    return worst_cases(config, tiers, generation, pinned, batch), rate_tokens
 
 
 def worst_cases(
@@ -174,6 +188,7 @@ def worst_cases(
     tiers: Sequence[str],
     generation: GenerationRequest,
     pinned: str | None,
+    batch: bool = False,
 ) -> list[WorstCase]:
     return [
         worst_case(
@@ -182,6 +197,7 @@ def worst_cases(
             prompt_upper_tokens(config, generation, tier),
             completion_cap(config, generation, tier),
             pinned if i == 0 else None,
+            batch,
         )
         for i, tier in enumerate(tiers)
     ]

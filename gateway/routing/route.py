@@ -137,6 +137,7 @@ async def route(
         classify_s=classify_s,
         quality_model=served,
         metadata=ask.metadata or None,
+        priority=ask.priority,
     )
 
 

@@ -73,6 +73,7 @@ class GatewayMetrics:
         self._latency_signal = config.metrics.autoscale.latency
         self._request_series()
         self._engine_series()
+        self._batch_series()
 
     def _counter(self, name: str, doc: str, labels: Sequence[str]) -> Counter:
         return Counter(name, doc, tuple(labels), registry=self.registry)
@@ -157,6 +158,22 @@ class GatewayMetrics:
         self.direction = gauge(
             "tiergate_autoscale_direction", "-1 scale down, 0 hold, 1 scale up.", ("tier",)
         )
+
+    def _batch_series(self) -> None:
+        """Set by the batch runner (``gateway.batches.runner``) as it works."""
+        self.batch_queued = self._gauge(
+            "tiergate_batch_lines_queued", "Batch lines in the shared queue, not yet taken.", ()
+        )
+        self.batch_running = self._gauge(
+            "tiergate_batch_lines_running", "Batch lines this replica is running.", ()
+        )
+        self.batch_lines = self._counter(
+            "tiergate_batch_lines", "Batch lines ended, by result.", ("result",)
+        )
+
+    def batch_line_ended(self, result: str) -> None:
+        """``completed``, ``failed``, ``cancelled`` or ``expired``."""
+        self._child(self.batch_lines, result).inc()
 
     def _tenant(self, tenant: str) -> tuple[str, ...]:
         return (tenant,) if self.tenant_label else ()

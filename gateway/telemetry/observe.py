@@ -35,6 +35,8 @@ def request_attributes(routed: RoutedRequest) -> dict[str, AttributeValue]:
     }
     if routed.decision.score is not None:
         attributes["tiergate.complexity"] = routed.decision.score
+    if routed.batch:
+        attributes["tiergate.priority"] = routed.priority
     for key, tag in (routed.metadata or {}).items():  # the client's annotation
         attributes[f"tiergate.metadata.{key}"] = tag
     for name, value in (

@@ -188,6 +188,13 @@ class Tracing:
         )
         return RequestTrace(self.tracer, root)
 
+    def begin_job(self, operation: str, attributes: Mapping[str, AttributeValue]) -> RequestTrace:
+        """A trace for work no HTTP request carries (a batch line): its own root span."""
+        if self.tracer is None:
+            return NO_TRACE
+        root = self.tracer.start_span(operation, None, SpanKind.CONSUMER, attributes)
+        return RequestTrace(self.tracer, root)
+
     def shutdown(self) -> None:
         """Flush and stop the exporter (blocking: run it off the loop)."""
         if self.provider is not None:

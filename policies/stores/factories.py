@@ -19,6 +19,7 @@ from typing import TypeVar, cast
 
 from policies.schema import GatewayConfig
 from policies.stores.audit import AuditLog
+from policies.stores.batch_records import BatchStore
 from policies.stores.budget import BudgetStore
 from policies.stores.feedback import FeedbackStore
 from policies.stores.keys import KeyStore
@@ -144,6 +145,18 @@ def _redis_feedback(store: Store) -> FeedbackStore:
     return RedisFeedbackStore(redis_owner(store))
 
 
+def _memory_batches(store: Store) -> BatchStore:
+    from policies.stores.batch_memory import MemoryBatchStore
+
+    return MemoryBatchStore()
+
+
+def _redis_batches(store: Store) -> BatchStore:
+    from policies.stores.batch_redis import RedisBatchStore
+
+    return RedisBatchStore(redis_owner(store))
+
+
 LEDGERS: Mapping[str, Callable[[GatewayConfig, Store], Ledger]] = {
     "memory": _memory_ledger,
     "redis": _redis_ledger,
@@ -175,6 +188,11 @@ SHARE_STORES: Mapping[str, Callable[[Store], ShareStore]] = {
 FEEDBACK_STORES: Mapping[str, Callable[[Store], FeedbackStore]] = {
     "memory": _memory_feedback,
     "redis": _redis_feedback,
+}
+
+BATCH_STORES: Mapping[str, Callable[[Store], BatchStore]] = {
+    "memory": _memory_batches,
+    "redis": _redis_batches,
 }
 
 
@@ -214,6 +232,11 @@ def open_share_store(store: Store) -> ShareStore:
 def open_feedback_store(store: Store) -> FeedbackStore:
     """Records, labels and refits of ``routing.feedback``, shared by every replica."""
     return pick(FEEDBACK_STORES, "feedback store", store.kind)(store)
+
+
+def open_batch_store(store: Store) -> BatchStore:
+    """Files, batches, their lines and the shared line queue (``/v1/batches``)."""
+    return pick(BATCH_STORES, "batch store", store.kind)(store)
 
 
 def redis_owner(store: Store) -> RedisStore:

@@ -96,7 +96,11 @@ class KeyDirectory:
         return [*self.config.tenants, *runtime]
 
     async def authenticate(self, raw_key: str) -> Principal | None:
-        digest = hash_key(raw_key)
+        return await self.by_digest(hash_key(raw_key))
+
+    async def by_digest(self, digest: str) -> Principal | None:
+        """The principal of the key with this SHA-256 (a batch's lines run as the key
+        that created it: revoked or expired since, they are refused like a request)."""
         principal = self.keyring.by_digest(digest)
         if principal is not None:
             return principal

@@ -17,7 +17,9 @@ import orjson
 
 from policies.stores.latency_buckets import bucket_of
 
-_OPTIONAL = frozenset({"metadata", "server", "tool", "result_bytes", "arguments"})
+_OPTIONAL = frozenset(
+    {"metadata", "server", "tool", "result_bytes", "arguments", "batch", "saved_batch_usd"}
+)
 
 
 def day_of(ts: float) -> str:
@@ -55,6 +57,8 @@ class SpendEvent:
     downgraded: bool = False
     # The client's ``metadata`` (≤ 16 string pairs): an annotation, in no aggregate.
     metadata: Mapping[str, str] | None = None
+    batch: bool = False  # a line of a batch job, charged at the batch price
+    saved_batch_usd: float = 0.0  # the interactive price of the same answer, minus the cost
     # A tool call's (left out of a model call's stored fields).
     server: str = ""
     tool: str = ""
@@ -73,6 +77,8 @@ class SpendEvent:
             out.update(server=self.server, tool=self.tool, result_bytes=str(self.result_bytes))
         if self.arguments is not None:
             out["arguments"] = self.arguments
+        if self.batch:  # left out for interactive requests
+            out.update(batch="1", saved_batch_usd=str(self.saved_batch_usd))
         return out
 
     @classmethod
@@ -122,6 +128,10 @@ class SpendEvent:
             out[f"ttft_ms_le:{self.tier}:{bucket_of(self.ttft_ms)}"] = 1.0
         if self.downgraded:
             out["downgraded"] = 1.0
+        if self.batch:
+            out["batch_requests"] = 1.0
+            out["batch_cost_usd"] = self.cost_usd
+            out["saved_batch_usd"] = self.saved_batch_usd
         return out
 
     def _tool_increments(self) -> dict[str, float]:

@@ -36,6 +36,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "responses",
         "messages",
         "embeddings",
+        "batches",
         "feedback",
         "explain",
         "models",

@@ -79,6 +79,7 @@ function drawOverview(o) {
     ? `${(100 * e.quality_given_up).toFixed(1)} pts (${(100 * e.quality).toFixed(1)} vs ${(100 * e.quality_always_largest).toFixed(1)} % acceptable, last ${(o.objective.window_s / 3600).toFixed(1)} h)`
     : "–";
   $("kpi-cache").textContent = usd(t.saved_cache_usd);
+  $("kpi-batch").textContent = `${usd(t.saved_batch_usd)} (${t.batch_requests.toLocaleString()} lines)`;
   $("kpi-hit").textContent = (100 * o.cache.hit_rate).toFixed(1) + " %";
   $("kpi-denied").textContent = `${t.denied_budget} / ${t.denied_rate_limit}`;
 
@@ -89,6 +90,7 @@ function drawOverview(o) {
     "Spent": [t.baseline_usd, t.cost_usd],
     "Saved by routing": [0, t.saved_routing_usd],
     "Saved by caching": [0, t.saved_cache_usd],
+    "Saved by batch prices": [0, t.saved_batch_usd],
   }), money({ ...horizontal, scales: { x: { stacked: true, beginAtZero: true }, y: { stacked: true } } }));
   const c = o.cache;
   draw("chart-cache", "doughnut", ["exact hit", "semantic hit", "miss", "bypass"],
@@ -145,6 +147,29 @@ function drawDenials(denials) {
     cell.colSpan = 6;
     cell.className = "empty";
     cell.textContent = "No denials in this range.";
+  }
+}
+
+// Batches per tenant: progress, spend at batch prices, and what interactive prices would have cost.
+function drawBatches(body) {
+  const table = $("batches").tBodies[0];
+  table.replaceChildren();
+  for (const t of body.tenants) {
+    for (const b of t.batches) {
+      const when = new Date(b.created_at * 1000).toISOString().replace("T", " ").slice(0, 19);
+      const progress = `${b.done.toLocaleString()} / ${b.total.toLocaleString()}` +
+        (b.failed + b.cancelled + b.expired ? ` (${b.failed + b.cancelled + b.expired} not answered)` : "");
+      const cells = [t.tenant, b.id, b.endpoint, b.status.replace("_", " "), progress, when,
+        usd(b.cost_usd), usd(b.interactive_usd), usd(b.saved_usd)];
+      const tr = table.insertRow();
+      for (const text of cells) tr.insertCell().textContent = text;
+    }
+  }
+  if (!body.tenants.length) {
+    const cell = table.insertRow().insertCell();
+    cell.colSpan = 9;
+    cell.className = "empty";
+    cell.textContent = "No batches.";
   }
 }
 
@@ -247,12 +272,14 @@ function drawFeedback(f) {
 async function refresh() {
   $("status").textContent = "Loading…";
   try {
-    const [overview, denials, cache, feedback, tools] = await Promise.all(
-      [getJSON("overview"), getJSON("denials"), cacheFigures(), getJSON("feedback"), getJSON("tool_calls")]);
+    const [overview, denials, cache, feedback, tools, batches] = await Promise.all(
+      [getJSON("overview"), getJSON("denials"), cacheFigures(), getJSON("feedback"), getJSON("tool_calls"),
+        getJSON("batches")]);
     drawOverview(overview);
     drawLatency(overview.latency);
     drawShare(overview.tier_share);
     drawDenials(denials.denials);
+    drawBatches(batches);
     drawTools(overview.tool_calls, tools.tool_calls);
     drawCache(cache);
     drawFeedback(feedback);

@@ -101,6 +101,8 @@ def check_charts(page: Any, want: Expected) -> None:
     assert savings["Spent"] == pytest.approx([baseline, want.cost])
     assert savings["Saved by routing"] == pytest.approx([0, want.saved_routing])
     assert savings["Saved by caching"] == pytest.approx([0, want.saved_cache])
+    assert savings["Saved by batch prices"] == [0, 0]  # the seeded ledger has no batch line
+    assert page.locator("#batches tbody").inner_text() == "No batches."
     cache = chart(page, "chart-cache")
     assert cache["sets"]["requests"] == pytest.approx(list(want.cache.values()))
     budget = chart(page, "chart-budget")

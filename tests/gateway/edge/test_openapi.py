@@ -63,6 +63,13 @@ def test_openapi_describes_the_v1_surface_from_the_wire_models() -> None:
         ("/admin/api/tenants/{name}", "patch"),
         ("/admin/api/tenants/{name}", "delete"),
         ("/admin/api/audit", "get"),
+        ("/v1/files", "post"),
+        ("/v1/files/{file_id}/content", "get"),
+        ("/v1/batches", "post"),
+        ("/v1/batches/{batch_id}/cancel", "post"),
+        ("/v1/messages/batches", "post"),
+        ("/v1/messages/batches/{message_batch_id}/results", "get"),
+        ("/admin/api/batches", "get"),
     ):
         assert method in paths[path], path
     assert not [p for p in paths if p in ("/admin", "/admin/login", "/admin/static/{name}")]

@@ -147,7 +147,7 @@ def test_an_unexpected_error_is_anthropics_500(gateway: RunningGateway) -> None:
 
 
 def test_an_unknown_messages_path_is_anthropics_404(gateway: RunningGateway) -> None:
-    answer = httpx.post(gateway.base_url + "/v1/messages/batches", headers={"x-api-key": TEST_KEY})
+    answer = httpx.post(gateway.base_url + "/v1/messages/drafts", headers={"x-api-key": TEST_KEY})
     assert answer.status_code in (404, 405)
     assert answer.json()["type"] == "error"
 

@@ -1,0 +1,156 @@
+"""One batch line through the serving core, as the endpoint it names would run it.
+
+A line runs as its batch's tenant and key, at ``batch`` priority (the pools give it the
+slots interactive requests leave free; it pays the model's batch price), through the
+same wire format as the endpoint (``parse``, ``prepare``, the core's ``Run``, ``whole``):
+its body is exactly what the endpoint would have answered, and routing (``auto`` and
+tiers), both caches, rules, budgets, the ledger, metrics and traces are the core's.
+
+The line's request id is a digest of (tenant, batch, line) in the format's own shape, the
+same on every try: a line a dead replica left half-run and another replica runs again
+settles under the same id, which the budget store settles once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
+
+from gateway.chat.render import CHAT
+from gateway.completions.render import COMPLETIONS
+from gateway.core.serving import ServingCore
+from gateway.edge.respond import collect
+from gateway.embeddings.protocol import EmbeddingRequest
+from gateway.embeddings.serving import create_embeddings
+from gateway.errors import ApiError, Overloaded, RateLimited, ServiceUnavailable
+from gateway.messages.render import MESSAGES
+from gateway.money.spend import batch_rate
+from gateway.responses.serving import RESPONSES
+from gateway.types import Ask, Outcome
+from gateway.wire.common import parse_body
+from gateway.wire.format import Caller, WireFormat
+from policies.tenants import Principal
+
+FORMATS: Mapping[str, WireFormat[Any]] = {
+    "/v1/chat/completions": CHAT,
+    "/v1/completions": COMPLETIONS,
+    "/v1/responses": RESPONSES,
+    "/v1/messages": MESSAGES,
+}
+EMBEDDINGS = "/v1/embeddings"
+
+
+@dataclass(frozen=True, slots=True)
+class LineMoney:
+    cost_usd: float = 0.0
+    saved_usd: float = 0.0  # the interactive price minus the cost
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """The endpoint's answer: its body, the request id it ran under, what it cost."""
+
+    body: Any
+    request_id: str
+    money: LineMoney
+
+
+class Refused(Exception):
+    """The endpoint answered with an error (``error``), after charging ``money``."""
+
+    def __init__(self, error: ApiError, request_id: str | None, money: LineMoney) -> None:
+        super().__init__(error.message)
+        self.error, self.request_id, self.money = error, request_id, money
+
+
+def stable_id(fresh: str, seed: str) -> str:
+    """``fresh`` (a format's new id: ``chatcmpl-HEX``, ``msg_HEX``…) with its random part
+    replaced by a digest of ``seed``: the same id on every try of one line."""
+    cut = max(fresh.rfind("-"), fresh.rfind("_")) + 1
+    return fresh[:cut] + hashlib.sha256(seed.encode()).hexdigest()[: len(fresh) - cut]
+
+
+def retryable(error: ApiError) -> bool:
+    """Worth another try later: an overloaded pool, a store that is down, a rate limit.
+    A budget that cannot pay (``insufficient_quota``) is the line's answer."""
+    return isinstance(error, Overloaded | ServiceUnavailable | RateLimited)
+
+
+async def answer(
+    core: ServingCore, principal: Principal, endpoint: str, body: bytes, seed: str
+) -> Answered:
+    """The line's answer; raises ``Refused`` with the endpoint's error."""
+    if endpoint == EMBEDDINGS:
+        return await _embeddings(core, principal, body, seed)
+    wire = FORMATS[endpoint]
+    request_id: str | None = None
+    try:
+        caller = Caller(principal, core.config, {}, core.parts.responses)
+        exchange = await wire.prepare(wire.parse(body), caller)
+        turn = exchange.turn
+        request_id = stable_id(turn.generation.request_id, seed)
+        generation = replace(turn.generation, request_id=request_id)
+        ask = Ask(
+            principal,
+            turn.model,
+            generation,
+            stream=False,
+            include_usage=turn.include_usage,
+            metadata=turn.metadata,
+            priority="batch",
+        )
+        run = await core.start(ask)
+    except ApiError as exc:
+        raise Refused(exc, request_id, LineMoney()) from exc
+    try:
+        try:
+            text, final = await collect(run)
+        finally:
+            await run.close()
+        whole = await exchange.whole(run, text, final)
+    except ApiError as exc:
+        raise Refused(exc, request_id, _money(run.outcome)) from exc
+    return Answered(whole, run.request_id, _money(run.outcome))
+
+
+def _money(outcome: Outcome | None) -> LineMoney:
+    if outcome is None:
+        return LineMoney()
+    usage = outcome.usage
+    return LineMoney(
+        outcome.cost_usd,
+        outcome.saved_batch_usd,
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        usage.cached_tokens,
+    )
+
+
+async def _embeddings(core: ServingCore, principal: Principal, body: bytes, seed: str) -> Answered:
+    request_id = stable_id(f"emb-{os.urandom(16).hex()}", seed)
+    try:
+        request = parse_body(EmbeddingRequest, body)
+        payload, headers = await create_embeddings(
+            core, principal, request, request_id=request_id, batch=True
+        )
+    except ApiError as exc:
+        raise Refused(exc, request_id, LineMoney()) from exc
+    cost = float(headers.get("x-tiergate-cost-usd", 0.0))
+    rate = batch_rate(core.config, request.model)
+    saved = cost / rate - cost if rate > 0 else 0.0
+    tokens = int(payload.get("usage", {}).get("prompt_tokens", 0))
+    return Answered(payload, request_id, LineMoney(cost, saved, tokens))
+
+
+def input_of(raw: bytes) -> tuple[str, bytes]:
+    """A stored line's custom id and request body."""
+    line = orjson.loads(raw)
+    return str(line["custom_id"]), orjson.dumps(line["body"])
