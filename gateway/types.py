@@ -23,6 +23,8 @@ from policies.tenants import Principal
 from routers.classifier import ComplexityScore
 from routers.decision import TierDecision
 from routers.embedding import EmbeddingOnce
+from routers.session import SessionHint
+from routers.session_policy import SessionTurn
 from routers.tier_quality import ServedQuality
 
 
@@ -44,6 +46,7 @@ class Ask:
     cache_control: str | None = None  # the request's ``Cache-Control`` header
     forced_tier: str | None = None  # the request's ``x-tiergate-tier`` header
     metadata: Mapping[str, str] | None = None  # the client's annotation: ledger and trace
+    session: SessionHint | None = None  # what the client says of its conversation
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,7 @@ class RoutedRequest:
     classify_s: float | None = None  # how long the classification took, when it ran
     quality_model: ServedQuality | None = None  # None: the classifier's own per-tier model
     metadata: Mapping[str, str] | None = None  # the client's annotation (no engine sees it)
+    session: SessionTurn | None = None  # ``auto`` under ``routing.sessions``: its session
 
     @property
     def tier(self) -> str:
@@ -100,6 +104,7 @@ class Progress:
     hit_cost_usd: float | None = None  # what a cached answer cost when it was generated
     cache_entry: str | None = None  # the entry a hit came from (``Lookup.entry_id``)
     run_cap: int = 0  # the max_tokens the engine request ran with
+    replica: str | None = None  # the engine replica that answered
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from policies.stores.feedback import FeedbackStore
 from policies.stores.keys import KeyStore
 from policies.stores.ledger import Ledger
 from policies.stores.ratelimit import RateLimiter
+from policies.stores.sessions import SessionStore
 from policies.stores.shares import ShareStore
 from policies.stores.store import MemoryStore, Store
 from policies.stores.store_redis import RedisStore
@@ -144,6 +145,18 @@ def _redis_feedback(store: Store) -> FeedbackStore:
     return RedisFeedbackStore(redis_owner(store))
 
 
+def _memory_sessions(store: Store) -> SessionStore:
+    from policies.stores.sessions import MemorySessionStore
+
+    return MemorySessionStore()
+
+
+def _redis_sessions(store: Store) -> SessionStore:
+    from policies.stores.sessions_redis import RedisSessionStore
+
+    return RedisSessionStore(redis_owner(store))
+
+
 LEDGERS: Mapping[str, Callable[[GatewayConfig, Store], Ledger]] = {
     "memory": _memory_ledger,
     "redis": _redis_ledger,
@@ -175,6 +188,11 @@ SHARE_STORES: Mapping[str, Callable[[Store], ShareStore]] = {
 FEEDBACK_STORES: Mapping[str, Callable[[Store], FeedbackStore]] = {
     "memory": _memory_feedback,
     "redis": _redis_feedback,
+}
+
+SESSION_STORES: Mapping[str, Callable[[Store], SessionStore]] = {
+    "memory": _memory_sessions,
+    "redis": _redis_sessions,
 }
 
 
@@ -214,6 +232,11 @@ def open_share_store(store: Store) -> ShareStore:
 def open_feedback_store(store: Store) -> FeedbackStore:
     """Records, labels and refits of ``routing.feedback``, shared by every replica."""
     return pick(FEEDBACK_STORES, "feedback store", store.kind)(store)
+
+
+def open_session_store(store: Store) -> SessionStore:
+    """Agent sessions (``routing.sessions``): state, signals and replicas, per session."""
+    return pick(SESSION_STORES, "session store", store.kind)(store)
 
 
 def redis_owner(store: Store) -> RedisStore:
