@@ -234,6 +234,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     built = build_routing(_spec(config, args.model))
     thresholds = (config.routing.thresholds[0], config.routing.thresholds[-1])
     three: list[datasets.Example] = []
+    scored: list[datasets.Example] = []
     if args.data is not None:
         try:
             operator = datasets.load_operator(args.data)
@@ -241,7 +242,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             print(exc, file=sys.stderr)
             return 2
         rows = [e for e in operator if e.weak is not None and e.strong is not None]
-        sets = {args.data.name: rows}
+        sets = {args.data.name: rows} if rows else {}
+        scored = [e for e in operator if e.scores]
     else:
         splits = datasets.shared_splits()
         sets = evaluation_sets(splits)
@@ -257,8 +259,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.data is None:
         objective_report(config, built.embedder, cache, splits, args.plot)
         print()
+    elif scored:  # per-model correctness: the objective on the operator's rows (sessions too)
+        from routers.training.tier_sets import tier_set
+
+        objective_report(
+            config, built.embedder, cache, None, None, [tier_set(args.data.name, scored)]
+        )
+        print()
     scores = {name: score(list(examples)) for name, examples in sets.items()}
-    print(format_table(evaluate(sets, scores, seed=args.seed)))
+    if sets:
+        print(format_table(evaluate(sets, scores, seed=args.seed)))
     if three:
         target = config.routing.target_share or {}
         shares = [target[t] for t in config.tiers] if len(target) == 3 else []
@@ -291,9 +301,12 @@ def objective_report(
     cache: Path | None,
     splits: Any,
     plot: Path | None,
+    sets: Any = None,
 ) -> None:
-    """The objective policy per held-out set against the fixed-tier hull, and the per-tier
-    reliability; ``plot``: a cost-accuracy chart per set into that folder."""
+    """The objective policy per held-out set (``sets``: these instead) against the
+    fixed-tier hull, and the per-tier reliability; ``plot``: a cost-accuracy chart per set
+    into that folder. Rows sharing a session (an operator row's ``session``, else a
+    conversation's stable prefix) are routed as its turns, in order, as the gateway does."""
     import numpy as np
 
     from gateway.routing.objective import objective_of
@@ -321,7 +334,7 @@ def objective_report(
     def reference(rows: TierSet) -> Any:
         return model.for_tiers(rows.models, {m: m for m in rows.models}).reference_traffic()
 
-    sets = held_out_sets(splits)
+    sets = held_out_sets(splits) if sets is None else sets
     evaluated = evaluate_sets(sets, predict, objective, min_samples, reference)
     print(format_sets(evaluated, objective))
     for name, cal in tier_calibration(sets, predict):
