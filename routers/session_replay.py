@@ -4,11 +4,12 @@
 Rows sharing a session (a ``session`` field, else the conversation's stable prefix,
 ``routers/session.py``) are its turns, in file order. ``plan_turns`` says what each row
 is (a session's task, a new instruction, or a later turn) and what it is predicted on;
-the fresh predictions (tasks and instructions) are the traffic λ is learnt from, as in
-the gateway; ``replay`` then walks each session: its first decision is the objective's
-on the task, and later turns stay unless a failure signal (the same turn again, or a
-row's ``signal``) or an objective gain larger than the switch cost moves them
-(``routers/session_policy.py``), the previous turn's context priced as cached.
+every row is traffic λ is learnt from, by the prediction its session routes it by
+(``routed_by``), as in the gateway; ``replay`` then walks each session: its first
+decision is the objective's on the task, and later turns stay unless a failure signal
+(the same turn again, or a row's ``signal``) or an objective gain larger than the
+switch cost moves them (``routers/session_policy.py``), the previous turn's context
+priced as cached.
 """
 
 from __future__ import annotations
@@ -72,6 +73,20 @@ def plan_turns(
         seen[key.id] = (turn, instruction)
         chars = conversation_chars(messages)
         out.append(PlannedTurn(key, turn, kind, predict, chars, turn_digest(messages, None)))
+    return out
+
+
+def routed_by(
+    planned: Sequence[PlannedTurn], fresh: Sequence[Sequence[float] | None]
+) -> list[Sequence[float]]:
+    """Each row's prediction as its session routes it: a task's or an instruction's own,
+    a later turn its session's latest (what the gateway sketches every turn by)."""
+    latest: dict[str, Sequence[float]] = {}
+    out = []
+    for row, quality in zip(planned, fresh, strict=True):
+        if quality is not None:
+            latest[row.key.id] = quality
+        out.append(latest[row.key.id])
     return out
 
 

@@ -6,12 +6,14 @@ request's session (``routers/session.py``) and decides its turn:
 
 * a **new session** (none kept, or a derived one whose conversation starts again) is
   routed by the objective on its **task**, the system messages and the first user
-  message, never on a tool result; its turn joins the λ sketch like any request;
+  message, never on a tool result;
 * a **later turn** keeps the prediction of its instruction (a new user message is
-  predicted afresh and joins the sketch) and stays on the session's tier, unless the
-  session carries a failure signal (one tier up) or another tier's value is higher once
-  this tier's cached prefix is priced at ``cached_input`` and the other's whole context
-  at full input.
+  predicted afresh) and stays on the session's tier, unless the session carries a
+  failure signal (one tier up) or another tier's value is higher once this tier's cached
+  prefix is priced at ``cached_input`` and the other's whole context at full input.
+
+Every turn joins the λ sketch as a request, by the prediction it is routed by (its
+session's) and priced cold, as before sessions: λ is learnt from the same traffic.
 
 ``record_session`` keeps the turn once its tier is final (after the tenant's rules and
 the engines' capabilities). ``/v1/route`` plans without recording.
@@ -105,7 +107,9 @@ async def plan_session(
         and (key.explicit or follow_up(messages))
     )
     if later:
-        return await _later(config, router, ask, messages, complexity, embedding, served, opened)
+        return await _later(
+            config, router, ask, messages, complexity, embedding, served, opened, observe
+        )
     return await _fresh(config, router, messages, complexity, embedding, served, opened, observe)
 
 
@@ -175,6 +179,7 @@ async def _later(
     embedding: EmbeddingOnce | None,
     served: ServedQuality | None,
     opened: Opened,
+    observe: bool,
 ) -> SessionPlan:
     objective, spec, sessions = router.objective, config.routing.sessions, router.sessions
     configured, state = config.routing.objective, opened.state
@@ -188,6 +193,7 @@ async def _later(
             router, instruction_messages(messages), embedding, served, complexity
         )
         floor = None
+    if observe:  # the turn is traffic, by the prediction it is routed by, priced cold
         objective.observe(config, quality, chars)
     lam, allowed, why = objective.operating(config, router.background)
     cached = sessions.cached_chars(spec, opened, state.tier, ask.generation, chars, time.time())
@@ -201,6 +207,8 @@ async def _later(
         move = Move(state.tier, f"stays on {state.tier} (no λ: each request alone)", False)
     else:
         move = keep_or_switch(tiers, state.tier, quality, cost, scale, lam, among, floor)
+    if observe:
+        objective.chose(quality, expected_costs(config, configured, chars), tiers.index(move.tier))
     key = opened.key
     reason = f"session {key.short} ({key.source}) turn {state.turns + 1}: {move.reason} ({why})"
     choice = TierChoice(

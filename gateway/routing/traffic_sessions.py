@@ -3,11 +3,11 @@
 What ``tiergate classify`` prints when ``routing.sessions`` is on (and the objective
 routes): the rows are the recent traffic, in order; rows of one session (a ``session``
 field, else the conversation's stable prefix) are its turns. As in the gateway, the
-fresh predictions (each session's task, each new instruction) are the traffic λ and the
-objective's hull segment are learnt from (``target.min_samples`` or more of them, else
-the reference traffic's), each task row goes where the objective sends it, and later
-turns stay unless a failure signal or a gain larger than the switch cost moves them
-(``routers/session_replay.py``).
+rows are the traffic λ and the objective's hull segment are learnt from (``target.
+min_samples`` or more of them, else the reference traffic's), each by the prediction it
+is routed by (its session's task, or its latest instruction); each task row goes where
+the objective sends it, and later turns stay unless a failure signal or a gain larger
+than the switch cost moves them (``routers/session_replay.py``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from gateway.routing.objective import (
 )
 from policies.schema import GatewayConfig
 from routers.objective import route_operating
-from routers.session_replay import TASK, PlannedTurn, replay
+from routers.session_replay import TASK, PlannedTurn, replay, routed_by
 
 
 def session_tiers(
@@ -41,9 +41,8 @@ def session_tiers(
     objective = config.routing.objective
     assert objective is not None, "sessions are routed by the objective"
     tiers = list(config.tiers)
-    rows = [i for i, q in enumerate(fresh) if q is not None]
-    quality = np.asarray([fresh[i] for i in rows], dtype=np.float64).reshape(-1, len(tiers))
-    cost = np.asarray([expected_costs(config, objective, planned[i].chars) for i in rows])
+    quality = np.asarray(routed_by(planned, fresh), dtype=np.float64).reshape(-1, len(tiers))
+    cost = np.asarray([expected_costs(config, objective, p.chars) for p in planned])
     picked, where = route_operating(
         quality,
         cost.reshape(-1, len(tiers)),
@@ -51,7 +50,7 @@ def session_tiers(
         config.routing.target.min_samples,
         reference_operating(config, reference),
     )
-    chosen = {i: int(t) for i, t in zip(rows, picked, strict=True) if planned[i].kind == TASK}
+    chosen = {i: int(t) for i, t in enumerate(picked) if planned[i].kind == TASK}
 
     def costs(chars: int, cached: Mapping[int, int]) -> list[float]:
         held = {tiers[t]: n for t, n in cached.items()}

@@ -26,7 +26,7 @@ from routers.objective import (
     traffic_operating,
 )
 from routers.session import SessionHint
-from routers.session_replay import LATER, TASK, PlannedTurn, plan_turns, replay
+from routers.session_replay import LATER, TASK, PlannedTurn, plan_turns, replay, routed_by
 from routers.training.datasets import GOLDEN_STRONG, GOLDEN_WEAK, Example
 from routers.training.frontier import Point, fixed_points, hull_accuracy, point
 from routers.training.quality_fit import LADDER
@@ -127,10 +127,12 @@ def run_policy(
     objective: Objective,
     min_samples: int = 200,
     reference: tuple[F64, F64] | None = None,
+    sessions: bool = True,
 ) -> PolicyResult:
     """Route ``rows`` with predictions ``quality`` (n, tiers) under ``objective``;
     ``reference``: the quality model's reference traffic for these tiers (P, characters),
-    whose λ applies to sets smaller than ``min_samples``, as in the gateway."""
+    whose λ applies to sets smaller than ``min_samples``, as in the gateway; ``sessions``
+    (``routing.sessions``): rows of one session are routed as its turns."""
     prior = None
     if reference is not None and len(rows.examples) < min_samples:
         cost = expected_cost(
@@ -139,7 +141,7 @@ def run_policy(
         prior = traffic_operating(np.asarray(reference[0], dtype=np.float64), cost, objective)
     planned = plan_turns([e.messages for e in rows.examples], session_hints(rows.examples))
     fresh = [i for i, p in enumerate(planned) if p.kind != LATER]
-    if len(fresh) == len(planned):  # one turn per session: every row is routed alone
+    if not sessions or len(fresh) == len(planned):  # every row routed alone
         tiers, lam = route_traffic(quality, rows.expected, objective, min_samples, prior)
     else:
         tiers, lam = session_traffic(quality, rows, planned, fresh, objective, min_samples, prior)
@@ -161,16 +163,16 @@ def session_traffic(
     min_samples: int,
     prior: Operating | None,
 ) -> tuple[npt.NDArray[np.intp], float | None]:
-    """Rows as agent turns, as the gateway routes them: the fresh predictions (tasks and
-    new instructions) are the traffic λ is learnt from, and later turns stay on their
+    """Rows as agent turns, as the gateway routes them: every row is traffic λ is learnt
+    from, by the prediction its session routes it by, and later turns stay on their
     session's tier unless a retry or a gain larger than the switch cost moves them; a
     session's cached prefix is billed at ``CACHED_SHARE`` of the input price. (A row's
     prediction is of its own messages; the gateway predicts a task on its system
     messages and first user message.)"""
-    picked, where = route_operating(
-        quality[list(fresh)], rows.expected[list(fresh)], objective, min_samples, prior
-    )
-    chosen = {i: int(t) for i, t in zip(fresh, picked, strict=True) if planned[i].kind == TASK}
+    fresh_quality = [list(quality[i]) if i in set(fresh) else None for i in range(len(planned))]
+    routed = np.asarray(routed_by(planned, fresh_quality), dtype=np.float64)
+    picked, where = route_operating(routed, rows.expected, objective, min_samples, prior)
+    chosen = {i: int(t) for i, t in enumerate(picked) if planned[i].kind == TASK}
     prices = [PRICES[m] for m in rows.models]
 
     def costs(chars: int, cached: Mapping[int, int]) -> list[float]:
@@ -182,7 +184,6 @@ def session_traffic(
             out.append((inputs + ANSWER_TOKENS * price_out) / 1e6)
         return out
 
-    fresh_quality = [list(quality[i]) if i in set(fresh) else None for i in range(len(planned))]
     lam = None if where is None else where.lam
     allowed = None if where is None else where.allowed
     turns = replay(
