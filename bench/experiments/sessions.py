@@ -19,8 +19,8 @@ CLI and Claude Code runs recorded by ``bench/experiments/record_agents.py``, rep
 as recorded (their own endpoints: ``/v1/responses``, ``/v1/messages``) with ``auto``.
 Phase ``before`` runs with ``routing.sessions: null`` (every turn routed alone, the
 shipped routing before sessions), phase ``after`` with it on; each phase has its own
-Redis prefix, and its own text in the system prompt's first line, so neither finds the
-other's prefix in the engines' caches.
+Redis prefix, and its own text opening the tools and the system prompt (a mark of the
+same shape), so neither finds the other's prefix in the engines' caches.
 
     python -m bench.experiments.sessions [--sessions 40] [--out results.json]
 """
@@ -149,6 +149,22 @@ class Phase:
     seconds: float = 0.0
 
 
+def marked(tools: list[dict[str, Any]], mark: str) -> list[dict[str, Any]]:
+    """The tools with the phase's mark opening the first one's description: chat
+    templates render the tools ahead of the system prompt, so the mark must be there too
+    for the two phases to share no prefix in the engines' caches."""
+    if not tools:
+        return tools
+    first = dict(tools[0])
+    if isinstance(first.get("function"), dict):  # chat: {"type", "function": {...}}
+        function = dict(first["function"])
+        function["description"] = f"{mark} {function.get('description') or ''}"
+        first["function"] = function
+    else:  # Responses and Messages: the fields at the top
+        first["description"] = f"{mark} {first.get('description') or ''}"
+    return [first, *tools[1:]]
+
+
 def synthetic_requests(n: int, mark: str) -> list[tuple[str, int, str, dict[str, Any]]]:
     """(session, turn, path, body) of the synthetic sessions, turn by turn across them."""
     system = f"{mark}\n{SYSTEM}"
@@ -160,7 +176,7 @@ def synthetic_requests(n: int, mark: str) -> list[tuple[str, int, str, dict[str,
                 body = {
                     "model": "auto",
                     "messages": session[turn],
-                    "tools": TOOLS,
+                    "tools": marked(TOOLS, mark),
                     "max_tokens": ANSWER_TOKENS,
                     "temperature": 0,
                 }
@@ -179,6 +195,7 @@ def recorded_requests(mark: str) -> list[tuple[str, int, str, dict[str, Any]]]:
     for row in rows:
         name = f"{row['client']}-{row['run']}"
         body = dict(row["body"], model="auto", stream=False)
+        body["tools"] = marked(body.get("tools") or [], mark)
         if row["path"] == "/v1/responses":
             body["max_output_tokens"] = ANSWER_TOKENS
             body["instructions"] = f"{mark}\n{body.get('instructions') or ''}"
