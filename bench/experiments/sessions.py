@@ -46,7 +46,7 @@ from typing import Any
 import httpx
 
 from bench.experiments.record_agents import OUT
-from bench.harness.agent_sessions import SYSTEM, TOOLS, sessions
+from bench.harness.agent_sessions import SHORT_SYSTEM, SYSTEM, TOOLS, sessions
 from tiergate_testing.configs import TEST_KEY
 from tiergate_testing.gateways import GatewayProcess, subprocess_env
 
@@ -165,9 +165,11 @@ def marked(tools: list[dict[str, Any]], mark: str) -> list[dict[str, Any]]:
     return [first, *tools[1:]]
 
 
-def synthetic_requests(n: int, mark: str) -> list[tuple[str, int, str, dict[str, Any]]]:
+def synthetic_requests(
+    n: int, mark: str, prompt: str = SYSTEM
+) -> list[tuple[str, int, str, dict[str, Any]]]:
     """(session, turn, path, body) of the synthetic sessions, turn by turn across them."""
-    system = f"{mark}\n{SYSTEM}"
+    system = f"{mark}\n{prompt}"
     out = []
     every = sessions(n, system=system)
     for turn in range(max(len(s) for s in every)):
@@ -324,12 +326,19 @@ def main() -> None:
     parser.add_argument("--no-recorded", action="store_true", help="synthetic sessions only")
     parser.add_argument("--max-len", type=int, default=32768, help="the engines' max_model_len")
     parser.add_argument("--out", type=Path, default=None, help="write every turn as JSON here")
+    parser.add_argument(
+        "--system",
+        choices=("agent", "short"),
+        default="agent",
+        help="the synthetic sessions' system prompt (bench/harness/agent_sessions.py)",
+    )
     args = parser.parse_args()
     results: dict[str, Any] = {"summary": [], "turns": {}}
     with tempfile.TemporaryDirectory() as tmp_name, node(Path(tmp_name), args.max_len) as engine:
         tmp = Path(tmp_name)
         for phase in ("before", "after"):
-            requests = synthetic_requests(args.sessions, MARKS[phase])
+            prompt = SYSTEM if args.system == "agent" else SHORT_SYSTEM
+            requests = synthetic_requests(args.sessions, MARKS[phase], prompt)
             if not args.no_recorded:
                 requests += recorded_requests(MARKS[phase])
             with fronts(tmp, engine.base_url, phase) as urls:

@@ -26,6 +26,11 @@ SYSTEM = (
     "Conventions: Python 3.11, tests under tests/, run them with pytest -q; format with "
     "ruff; keep functions short and documented; do not add dependencies."
 )
+# A terse agent prompt: with the long one above the shipped model puts every agent turn
+# on the large tier (its length prior reads the whole conversation), so nothing can switch.
+SHORT_SYSTEM = (
+    "You are a coding agent. Use the tools: read files, run commands, write files. Be brief."
+)
 TOOLS: list[dict[str, Any]] = [
     {
         "type": "function",
