@@ -242,7 +242,9 @@ async def _load_classifier(config: GatewayConfig, notes: list[str]) -> RoutingMo
         log.error("%s", note)
         notes.append(note)
         return None
-    log.info("complexity classifier ready (%s)", built.embedder.name)
+    from routers.cpu import cpu_summary
+
+    log.info("complexity classifier ready (%s; CPU %s)", built.embedder.name, cpu_summary())
     return built
 
 

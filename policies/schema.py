@@ -174,8 +174,11 @@ class ClassifierConfig(Frozen):
     """The complexity classifier behind ``model: auto`` (absent: the tenant's default tier)."""
 
     model: str | None = None  # a .npz from ``tiergate train-classifier``; None: the shipped one
-    embedder: Literal["onnx", "sentence-transformers"] = "onnx"
-    quantize: bool = True  # int8 weights (ONNX only)
+    # static: the table distilled from MiniLM (routers/static_embedder.py), ~1 % of its CPU
+    embedder: Literal["onnx", "sentence-transformers", "static"] = "onnx"
+    # int8 weights (ONNX only); auto: int8 where the CPU has AVX2 or an int8 dot product
+    # (VNNI, AMX), where it is the cheaper graph, else fp32 (routers/cpu.py)
+    quantize: bool | Literal["auto"] = "auto"
     max_tokens: int = Field(128, ge=8, le=512)  # of the last user message
     max_batch: int = Field(32, ge=1, le=1024)
     # 0: a batch is what queued while the previous one ran (no wait at low load)

@@ -79,3 +79,6 @@ class LedgerConfig(Frozen):
     # One process: only the newest events (the dashboard shows a few hundred of them).
     memory_events: int = Field(10_000, ge=100)
     retention_days: int = Field(400, ge=1, le=3660)  # per-day aggregates
+    # The client's ``metadata`` kept on one event, in bytes of its JSON: pairs past it are
+    # dropped and the event says so (``policies.stores.ledger.bounded_metadata``).
+    metadata_bytes: int = Field(1024, ge=128, le=16_384)

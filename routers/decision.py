@@ -76,6 +76,27 @@ def permitted_tiers(config: GatewayConfig, policy: TenantSpec) -> list[str]:
     return [t for t in order[low : high + 1] if allowed is None or t in allowed]
 
 
+def may_answer(
+    config: GatewayConfig,
+    policy: TenantSpec,
+    requested_model: str,
+    forced_tier: str | None,
+    tier: str,
+    model: str,
+) -> bool:
+    """Whether an answer ``model`` gave on ``tier`` is one this request could have had
+    live: the tier a name or an ``x-tiergate-tier`` header pins (and the model a model
+    name pins), else, for ``auto``, any tier the tenant and key allow (min/max/allowed).
+    A cached answer is served only when this holds (``gateway.cache.service``)."""
+    if requested_model != "auto":
+        if requested_model in config.tiers:
+            return tier == requested_model
+        return model == requested_model and tier == config.tier_of_model(requested_model)
+    if forced_tier is not None and policy.allow_tier_header:
+        return tier == forced_tier
+    return tier in permitted_tiers(config, policy)
+
+
 def _check_explicit(tier: str, permitted: list[str], how: str) -> None:
     if tier not in permitted:
         raise TierNotAllowed(f"tier {tier!r} ({how}) is not allowed for this tenant")

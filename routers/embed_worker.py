@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection, Pipe
 from pathlib import Path
 from typing import Any
@@ -169,6 +170,7 @@ class ProcessEmbedder:
             raise
         first = self.workers[0]
         self.name, self.dim = first.name, first.dim
+        self.max_batch = config.max_batch
         self._next_verifier = 0
         self._batcher = MicroBatcher(
             [w.embed for w in self.workers], config.max_batch, config.max_wait_ms
@@ -183,7 +185,24 @@ class ProcessEmbedder:
         return [pid for pid in (w.pid for w in self.workers) if pid is not None]
 
     def embed_sync(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        return self.workers[0].embed(texts)
+        """Any number of texts, off-line (the CLI's batch tools): in pieces of
+        ``max_batch``, each well inside the worker timeout, spread over every worker."""
+        size = self.max_batch
+        pieces = [texts[i : i + size] for i in range(0, len(texts), size)]
+        if len(pieces) <= 1 or len(self.workers) == 1:
+            done = [self.workers[0].embed(piece) for piece in pieces]
+        else:
+            with ThreadPoolExecutor(len(self.workers)) as pool:
+                lanes = [pool.submit(self._lane, i, pieces) for i in range(len(self.workers))]
+                parts = {index: vectors for lane in lanes for index, vectors in lane.result()}
+            done = [parts[i] for i in range(len(pieces))]
+        return np.concatenate(done) if done else np.zeros((0, self.dim), dtype=np.float32)
+
+    def _lane(
+        self, lane: int, pieces: Sequence[Sequence[str]]
+    ) -> list[tuple[int, npt.NDArray[np.float32]]]:
+        worker, step = self.workers[lane], len(self.workers)
+        return [(i, worker.embed(pieces[i])) for i in range(lane, len(pieces), step)]
 
     def load_verifier(self, folder: str) -> None:
         for worker in self.workers:

@@ -7,6 +7,7 @@ needs neither torch nor onnxruntime.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from policies.schema import ClassifierConfig
 from routers.embedding import EmbedderUnavailable, SentenceTransformerEmbedder, SyncEmbedder
@@ -24,6 +25,14 @@ def _onnx(config: ClassifierConfig) -> SyncEmbedder:
     )
 
 
+def _static(config: ClassifierConfig) -> SyncEmbedder:
+    from routers.static_embedder import StaticEmbedder
+
+    return StaticEmbedder(
+        max_tokens=config.max_tokens, max_batch=config.max_batch, max_wait_ms=config.max_wait_ms
+    )
+
+
 def _sentence_transformers(config: ClassifierConfig) -> SyncEmbedder:
     return SentenceTransformerEmbedder(
         max_seq_length=config.max_tokens,
@@ -35,7 +44,18 @@ def _sentence_transformers(config: ClassifierConfig) -> SyncEmbedder:
 EMBEDDERS: Mapping[str, Callable[[ClassifierConfig], SyncEmbedder]] = {
     "onnx": _onnx,
     "sentence-transformers": _sentence_transformers,
+    "static": _static,
 }
+# The shipped complexity and quality models trained on an embedder's vectors, where they
+# are not the default ones (``routers/model/*.npz``, trained on the ONNX MiniLM's).
+SHIPPED_FOR: Mapping[str, Path] = {"static": Path(__file__).resolve().parent / "model" / "static"}
+
+
+def shipped_model(config: ClassifierConfig, name: str) -> Path | None:
+    """``name`` (``complexity.npz`` or ``quality.npz``) as shipped for the configured
+    embedder; None: the default one."""
+    folder = SHIPPED_FOR.get(config.embedder)
+    return None if folder is None else folder / name
 
 
 def build_embedder(config: ClassifierConfig) -> SyncEmbedder:

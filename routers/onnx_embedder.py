@@ -20,12 +20,13 @@ import tempfile
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from routers.batching import MicroBatcher
+from routers.cpu import int8_pays
 from routers.embedding import EmbedderUnavailable, leading_words, minilm_path
 
 log = logging.getLogger(__name__)
@@ -132,7 +133,7 @@ class OnnxEmbedder:
         self,
         model_path: str | None = None,
         max_tokens: int = 128,
-        quantize: bool = True,
+        quantize: bool | Literal["auto"] = True,
         threads: int | None = None,
         max_batch: int = 32,
         max_wait_ms: float = 0.0,
@@ -143,6 +144,8 @@ class OnnxEmbedder:
         except ImportError as exc:
             raise EmbedderUnavailable(f"the ONNX embedder needs onnxruntime: {exc}") from exc
         path = Path(model_path or minilm_path())
+        if quantize == "auto":
+            quantize = int8_pays()
         self.name = f"all-minilm-l6-v2/onnx-{'int8' if quantize else 'fp32'}/{max_tokens}"
         self.max_tokens = max_tokens
         self._rows_per_run = 1 if quantize else BUCKET

@@ -11,7 +11,7 @@ from policies.schema import ClassifierConfig
 from routers.classifier import ComplexityClassifier, ComplexityModel
 from routers.embed_cache import CachedEmbedder
 from routers.embed_worker import ProcessEmbedder
-from routers.embedders import build_embedder
+from routers.embedders import build_embedder, shipped_model
 from routers.embedding import SyncEmbedder
 from routers.quality import QualityModel, TierView
 
@@ -33,7 +33,9 @@ def build_routing(
     """Raises ``EmbedderUnavailable``, ``ModelFormatError`` or ``QualityFormatError``; the
     caller decides to go on. With ``tiers``, per-tier quality for them (``reference``:
     the quality model's head each tier stands for)."""
-    model = ComplexityModel.load(Path(config.model) if config.model else None)
+    model = ComplexityModel.load(
+        Path(config.model) if config.model else shipped_model(config, "complexity.npz")
+    )
     quality = tier_view(config, tiers, reference) if tiers else None
     embedder = serving_embedder(config)
     if model.embedder != embedder.name:
@@ -51,8 +53,14 @@ def tier_view(
 ) -> TierView:
     """The per-tier quality model (``classifier.quality``, else the shipped one) read for
     ``tiers``: what ``auto`` routes by and a feedback refit layers over."""
-    quality_model = QualityModel.load(Path(config.quality) if config.quality else None)
-    return quality_model.for_tiers(tiers, reference)
+    return quality_model(config).for_tiers(tiers, reference)
+
+
+def quality_model(config: ClassifierConfig) -> QualityModel:
+    """``classifier.quality``, else the one shipped for the configured embedder."""
+    return QualityModel.load(
+        Path(config.quality) if config.quality else shipped_model(config, "quality.npz")
+    )
 
 
 def serving_embedder(config: ClassifierConfig) -> SyncEmbedder:

@@ -96,9 +96,13 @@ def _view(calls: set[tuple[str, str, str, str]]) -> dict[str, Any]:
     entered: dict[str, int] = defaultdict(int)
     for _, _, callee_module, _ in calls:
         entered[callee_module] += 1
+    packages: dict[str, int] = defaultdict(int)
+    for module in modules:
+        packages[module.rsplit(".", 1)[0]] += 1
     return {
         "modules": len(modules),
         "calls": len(calls),
+        "packages": dict(sorted(packages.items())),
         "module_list": modules,
         "entered": dict(sorted(entered.items(), key=lambda kv: (-kv[1], kv[0]))),
         "call_list": [f"{a}:{f} -> {b}:{g}" for a, f, b, g in sorted(calls)],
@@ -186,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("lifecycle", "all"):
         view = found[name]
         print(f"{name}: {view['calls']} calls through {view['modules']} modules")
+    print("lifecycle modules per package:")
+    for package, count in found["lifecycle"]["packages"].items():
+        print(f"  {count:3}  {package}")
     for name in ("lifecycle", "all"):
         view = found[name]
         print(f"\n{name}, entered from (distinct call sites in other modules):")

@@ -1,6 +1,12 @@
 """CPU time per embedding, stage by stage: robust to other processes' load, unlike req/s.
 
-    python -m bench.perf.embed_cpu [--texts 400] [--json out.json] [--save-vectors v.npy]
+    python -m bench.perf.embed_cpu [--texts 400] [--variants a,b] [--json out.json]
+                                   [--save-vectors v.npy]
+
+Variants (interleaved in every round): the ONNX MiniLM, int8 (today's default) in an
+embedder worker and in a thread, and fp32 in a worker; the static table distilled from
+it (``routers/static_embedder.py``) in a worker, in the micro-batcher's thread, and
+inline on the caller (its default with ``workers: 0``).
 
 Short unique prompts (the shape ``bench/perf/overhead.py`` sends, ~25 tokens) and the
 ~200-token prompt of ``bench/perf/classify_latency.py``. For each variant it reports the
@@ -28,6 +34,7 @@ import numpy as np
 from bench.harness.loadgen import VOCABULARY
 from bench.perf.classify_latency import PROMPT
 from policies.schema import ClassifierConfig
+from routers.cpu import cpu_summary
 from routers.embedding import SyncEmbedder
 from routers.setup import serving_embedder
 
@@ -71,8 +78,13 @@ async def run_calls(embedder: SyncEmbedder, texts: list[str], concurrency: int) 
     return time.perf_counter() - started
 
 
-async def measure(spec: ClassifierConfig, texts: list[str], concurrency: int) -> dict[str, float]:
+async def measure(
+    spec: ClassifierConfig, texts: list[str], concurrency: int, inline: bool = True
+) -> dict[str, float]:
     embedder = await asyncio.to_thread(serving_embedder, spec)
+    if not inline:  # the static embedder's thread path, measured apart
+        inner = getattr(embedder, "inner", embedder)
+        inner.inline_chars = -1
     try:
         await run_calls(embedder, texts[:20], concurrency)  # warm-up (these repeat below)
         pids = worker_pids(embedder)
@@ -92,11 +104,17 @@ async def measure(spec: ClassifierConfig, texts: list[str], concurrency: int) ->
     }
 
 
-def variants(threads: int | None) -> dict[str, ClassifierConfig]:
-    base = {"embedder": "onnx", "quantize": True, "max_tokens": 128, "embedding_cache": 0}
+def variants(threads: int | None) -> dict[str, tuple[ClassifierConfig, bool]]:
+    """name → (spec, inline allowed)."""
+    onnx = {"embedder": "onnx", "max_tokens": 128, "embedding_cache": 0, "threads": threads}
+    static = {"embedder": "static", "max_tokens": 128, "embedding_cache": 0}
     return {
-        "worker": ClassifierConfig(**base, workers=1, threads=threads),
-        "thread": ClassifierConfig(**base, workers=0, threads=threads),
+        "minilm-int8 worker": (ClassifierConfig(**onnx, quantize=True, workers=1), True),
+        "minilm-int8 thread": (ClassifierConfig(**onnx, quantize=True, workers=0), True),
+        "minilm-fp32 worker": (ClassifierConfig(**onnx, quantize=False, workers=1), True),
+        "static worker": (ClassifierConfig(**static, workers=1), True),
+        "static thread": (ClassifierConfig(**static, workers=0), False),
+        "static inline": (ClassifierConfig(**static, workers=0), True),
     }
 
 
@@ -105,14 +123,18 @@ async def main() -> None:
     parser.add_argument("--texts", type=int, default=400)
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds")
     parser.add_argument("--threads", type=int, default=None, help="ClassifierConfig.threads")
+    parser.add_argument("--variants", default="", help="comma-separated names (default: all)")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--save-vectors", type=Path, default=None)
     parser.add_argument("--compare", type=Path, default=None)
     args = parser.parse_args()
-    print(f"load average {os.getloadavg()[0]:.1f}", flush=True)
+    print(f"{cpu_summary()}; load average {os.getloadavg()[0]:.1f}", flush=True)
+    chosen = variants(args.threads)
+    if args.variants:
+        chosen = {k: v for k, v in chosen.items() if k in args.variants.split(",")}
     results: dict[str, list[dict[str, float]]] = {}
     for round_no in range(args.repeats):
-        for name, spec in variants(args.threads).items():
+        for name, (spec, inline) in chosen.items():
             for kind in ("short", "long"):
                 for conc in (1, 16):
                     n = args.texts if kind == "short" else args.texts // 4
@@ -122,23 +144,23 @@ async def main() -> None:
                         else [f"{PROMPT} #{round_no}-{i}" for i in range(n)]
                     )
                     key = f"{name} {kind} c{conc}"
-                    r = await measure(spec, texts, conc)
+                    r = await measure(spec, texts, conc, inline)
                     results.setdefault(key, []).append(r)
                     print(
-                        f"round {round_no + 1} {key:18} gateway {r['gateway_cpu_ms']:6.2f} "
+                        f"round {round_no + 1} {key:28} gateway {r['gateway_cpu_ms']:6.2f} "
                         f"worker {r['worker_cpu_ms']:6.2f} total {r['total_cpu_ms']:6.2f} "
                         f"CPU ms/text, wall {r['wall_ms']:6.2f} ms/text",
                         flush=True,
                     )
-    print("\nmedian [min-max] CPU ms per text")
+    print("\nmedian [min-max] CPU ms per text: gateway, worker, total; wall ms per text")
     for key, runs in results.items():
         cells = []
         for field in ("gateway_cpu_ms", "worker_cpu_ms", "total_cpu_ms", "wall_ms"):
             values = [r[field] for r in runs]
             cells.append(f"{statistics.median(values):6.2f} [{min(values):.2f}-{max(values):.2f}]")
-        print(f"{key:18} " + "  ".join(cells))
+        print(f"{key:28} " + "  ".join(cells))
     if args.save_vectors or args.compare:
-        spec = variants(args.threads)["thread"]
+        spec = variants(args.threads)["minilm-int8 thread"][0]
         embedder = await asyncio.to_thread(serving_embedder, spec)
         texts = short_prompts(64, 99) + [f"{PROMPT} #{i}" for i in range(16)]
         vectors = np.concatenate(

@@ -9,9 +9,8 @@ from starlette.requests import Request
 
 from gateway.admin.auth import admin_digest, require_admin
 from gateway.admin.session import COOKIE, Sessions
-from gateway.errors import InvalidApiKey, ServiceUnavailable
+from gateway.errors import InvalidApiKey
 from gateway.state import GatewayState
-from policies.stores.store import StoreUnavailable
 
 
 def sessions(state: GatewayState) -> Sessions:
@@ -22,10 +21,7 @@ async def has_session(request: Request, state: GatewayState) -> bool:
     token = request.cookies.get(COOKIE, "")
     if not token:
         return False
-    try:
-        return await sessions(state).valid(token, admin_digest(state))
-    except StoreUnavailable:
-        raise ServiceUnavailable("the session store is unavailable") from None
+    return await sessions(state).valid(token, admin_digest(state))
 
 
 async def require_admin_access(request: Request, state: GatewayState) -> None:

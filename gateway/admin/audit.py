@@ -19,10 +19,8 @@ from gateway.admin.deps import AdminDep
 from gateway.admin.session import COOKIE
 from gateway.edge.http import GatewayEndpoint
 from gateway.edge.openapi import ADMIN_ERRORS
-from gateway.errors import ApiError
 from gateway.state import GatewayState
 from policies.stores.audit import MAX_ENTRIES, entry, to_csv
-from policies.stores.store import StoreUnavailable
 
 endpoints = APIRouter(route_class=GatewayEndpoint, tags=["admin"], responses=ADMIN_ERRORS)
 _ENTRIES: dict[int | str, dict[str, Any]] = {
@@ -31,12 +29,6 @@ _ENTRIES: dict[int | str, dict[str, Any]] = {
         "content": {"text/csv": {"schema": {"type": "string"}}},
     }
 }
-
-
-def store_unavailable(what: str, exc: StoreUnavailable) -> ApiError:
-    error = ApiError(f"the {what} store is unreachable: {exc}", code="store_unavailable")
-    error.status = 503
-    return error
 
 
 def actor(request: Request, state: GatewayState) -> str:
@@ -56,10 +48,7 @@ async def record(
     before: dict[str, Any] | None,
     after: dict[str, Any] | None,
 ) -> None:
-    try:
-        await state.audit.append(entry(actor(request, state), action, target, before, after))
-    except StoreUnavailable as exc:
-        raise store_unavailable("audit", exc) from exc
+    await state.audit.append(entry(actor(request, state), action, target, before, after))
 
 
 @endpoints.get("/admin/api/audit", responses=_ENTRIES)
@@ -68,10 +57,7 @@ async def audit_log(
     fmt: Annotated[Literal["json", "csv"], Query(alias="format")] = "json",
     limit: Annotated[int, Query(ge=1, le=MAX_ENTRIES)] = 200,
 ) -> Response:
-    try:
-        entries = await state.audit.recent(limit)
-    except StoreUnavailable as exc:
-        raise store_unavailable("audit", exc) from exc
+    entries = await state.audit.recent(limit)
     if fmt == "csv":
         return Response(
             to_csv(entries),

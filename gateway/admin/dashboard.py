@@ -19,10 +19,9 @@ from starlette.responses import Response
 from gateway.admin import report
 from gateway.admin.deps import AdminDep
 from gateway.admin.limits import budget_limits
-from gateway.errors import InvalidRequest, ServiceUnavailable
+from gateway.errors import InvalidRequest
 from gateway.state import GatewayState
 from policies.stores.ledger import SpendEvent, days_between
-from policies.stores.store import StoreUnavailable
 
 MAX_DAYS = 366
 DEFAULT_DAYS = 7
@@ -73,12 +72,9 @@ async def overview(state: AdminDep, start: str | None = None, end: str | None = 
 async def _overview(state: GatewayState, start: date, end: date) -> Response:
     tenants, tiers = state.keys.tenant_names(), list(state.config.tiers)
     now = today()
-    try:
-        aggregates = await state.parts.money.ledger.daily(tenants, start, end)
-        today_aggs = await state.parts.money.ledger.daily(tenants, now, now)
-        month_aggs = await state.parts.money.ledger.daily(tenants, now.replace(day=1), now)
-    except StoreUnavailable as exc:
-        raise ServiceUnavailable("the ledger is unavailable") from exc
+    aggregates = await state.parts.money.ledger.daily(tenants, start, end)
+    today_aggs = await state.parts.money.ledger.daily(tenants, now, now)
+    month_aggs = await state.parts.money.ledger.daily(tenants, now.replace(day=1), now)
 
     share = None
     if state.parts.router.shares is not None:
@@ -111,10 +107,7 @@ async def denials(state: AdminDep, start: str | None = None, end: str | None = N
 
 
 async def _denials(state: GatewayState, start: date, end: date) -> Response:
-    try:
-        events = await _events(state, start, end)
-    except StoreUnavailable as exc:
-        raise ServiceUnavailable("the ledger is unavailable") from exc
+    events = await _events(state, start, end)
     rows = await asyncio.to_thread(report.denials, events, DENIALS_SHOWN)
     return _json(
         {

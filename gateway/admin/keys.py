@@ -16,7 +16,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.admin.audit import record, store_unavailable
+from gateway.admin.audit import record
 from gateway.admin.budgets import NotFound
 from gateway.admin.deps import AdminDep
 from gateway.admin.protocol import KeyCreate, KeyScopeFields, KeyUpdate
@@ -27,7 +27,6 @@ from gateway.state import GatewayState
 from gateway.wire.common import parse_body
 from policies.stores.budget import Scope, key_scope
 from policies.stores.keys import KeyScope, ManagedKey, issue_key, tier_problems
-from policies.stores.store import StoreUnavailable
 
 BODY_LIMIT = 64 * 1024
 M = TypeVar("M", bound=KeyScopeFields)
@@ -104,10 +103,7 @@ def _json(body: Any, status: int = 200) -> Response:
 
 
 async def _existing(state: GatewayState, key_id: str) -> ManagedKey:
-    try:
-        key = await state.keys.store.get(key_id)
-    except StoreUnavailable as exc:
-        raise store_unavailable("key", exc) from exc
+    key = await state.keys.store.get(key_id)
     if key is None:
         raise NotFound(f"no API key {key_id!r}", param="id")
     return key
@@ -115,10 +111,7 @@ async def _existing(state: GatewayState, key_id: str) -> ManagedKey:
 
 async def _save(request: Request, state: GatewayState, action: str, old: ManagedKey | None,
                 new: ManagedKey) -> None:  # fmt: skip
-    try:
-        await state.keys.store.put(new)
-    except StoreUnavailable as exc:
-        raise store_unavailable("key", exc) from exc
+    await state.keys.store.put(new)
     state.keys.changed()  # this replica at once; the others on their next poll
     now = time.time()
     await record(request, state, action, new.id,
@@ -128,10 +121,7 @@ async def _save(request: Request, state: GatewayState, action: str, old: Managed
 @endpoints.post("", status_code=201, openapi_extra=request_body(KeyCreate))
 async def create_key(request: Request, state: AdminDep) -> Response:
     body = await _body(request, state, KeyCreate)
-    try:
-        await state.keys.load_tenants()  # a tenant made a moment ago on another replica
-    except StoreUnavailable as exc:
-        raise store_unavailable("key", exc) from exc
+    await state.keys.load_tenants()  # a tenant made a moment ago on another replica
     scope = _scope(body, KeyScope())
     _check(state, body.tenant, scope)
     raw, key = issue_key(body.tenant, body.name, scope)
@@ -141,15 +131,10 @@ async def create_key(request: Request, state: AdminDep) -> Response:
 
 @endpoints.get("")
 async def list_keys(state: AdminDep, tenant: str | None = None) -> Response:
-    try:
-        keys = await state.keys.store.list(tenant or None)
-        used = await state.keys.store.last_used()
-        scopes = [Scope(key_scope(k.tenant, k.id), k.scope.budget) for k in keys]
-        spend = (
-            {s.scope: s for s in await state.parts.money.budgets.status(scopes)} if scopes else {}
-        )
-    except StoreUnavailable as exc:
-        raise store_unavailable("key", exc) from exc
+    keys = await state.keys.store.list(tenant or None)
+    used = await state.keys.store.last_used()
+    scopes = [Scope(key_scope(k.tenant, k.id), k.scope.budget) for k in keys]
+    spend = {s.scope: s for s in await state.parts.money.budgets.status(scopes)} if scopes else {}
     now, rows = time.time(), []
     for key in keys:
         status = spend[key_scope(key.tenant, key.id)]

@@ -19,13 +19,12 @@ from gateway.admin.audit import record as audit
 from gateway.admin.deps import AdminDep, AdminKeyDep
 from gateway.edge.http import GatewayEndpoint
 from gateway.edge.openapi import ADMIN_ERRORS
-from gateway.errors import InvalidRequest, ServiceUnavailable
+from gateway.errors import InvalidRequest
 from gateway.learning.operator_calls import operator_scopes
 from gateway.learning.refitter import refit_once
 from gateway.learning.service import Feedback
 from gateway.state import GatewayState
 from policies.stores.feedback import parse_count_key
-from policies.stores.store import StoreUnavailable
 
 endpoints = APIRouter(
     route_class=GatewayEndpoint,
@@ -53,13 +52,10 @@ async def feedback_overview(state: AdminDep) -> Response:
     if state.parts.feedback is None or state.config.routing.feedback is None:
         return _json({"enabled": False})
     feedback, spec = state.parts.feedback, state.config.routing.feedback
-    try:
-        counts = await feedback.store.label_counts()
-        kept = await feedback.store.kept_labels()
-        refits = await feedback.store.refits(REFITS_SHOWN)
-        budget = await state.parts.money.budgets.status(operator_scopes(state.config)[1:])
-    except StoreUnavailable as exc:
-        raise ServiceUnavailable("the feedback store is unreachable") from exc
+    counts = await feedback.store.label_counts()
+    kept = await feedback.store.kept_labels()
+    refits = await feedback.store.refits(REFITS_SHOWN)
+    budget = await state.parts.money.budgets.status(operator_scopes(state.config)[1:])
     judge = spec.judge
     return _json(
         {
@@ -88,18 +84,15 @@ async def refit_now(request: Request, state: AdminKeyDep) -> Response:
     assert spec is not None
     if feedback.refitter.base is None:
         raise InvalidRequest("no classifier is loaded: nothing to refit", code="feedback_no_model")
-    try:
-        await feedback.refitter.poll()
-        run = await refit_once(
-            feedback.store,
-            feedback.refitter.base,
-            feedback.refitter.serving,
-            spec.refit,
-            f"admin:{feedback.refitter.replica}",
-        )
-        await feedback.refitter.poll()
-    except StoreUnavailable as exc:
-        raise ServiceUnavailable("the feedback store is unreachable") from exc
+    await feedback.refitter.poll()
+    run = await refit_once(
+        feedback.store,
+        feedback.refitter.base,
+        feedback.refitter.serving,
+        spec.refit,
+        f"admin:{feedback.refitter.replica}",
+    )
+    await feedback.refitter.poll()
     if run is None or run.entry is None:
         raise InvalidRequest("too few labels to split into training and hold-out yet")
     after = {"decision": run.entry.decision, "version": run.entry.version}

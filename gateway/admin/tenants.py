@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.admin.audit import record, store_unavailable
+from gateway.admin.audit import record
 from gateway.admin.budgets import NotFound
 from gateway.admin.deps import AdminDep
 from gateway.admin.protocol import TenantCreate, TenantUpdate
@@ -28,7 +28,6 @@ from gateway.state import GatewayState
 from gateway.wire.common import parse_body
 from policies.schema import TenantSpec
 from policies.stores.keys import runtime_tenant, tenant_fields, tier_problems
-from policies.stores.store import StoreUnavailable
 
 BODY_LIMIT = 64 * 1024
 M = TypeVar("M", bound=BaseModel)
@@ -85,10 +84,7 @@ def _validated(state: GatewayState, fields: dict[str, Any]) -> TenantSpec:
 
 
 async def _runtime(state: GatewayState) -> dict[str, TenantSpec]:
-    try:
-        await state.keys.load_tenants()
-    except StoreUnavailable as exc:
-        raise store_unavailable("tenant", exc) from exc
+    await state.keys.load_tenants()
     return state.keys.runtime_tenants
 
 
@@ -97,14 +93,27 @@ async def list_tenants(state: AdminDep) -> Response:
     runtime = await _runtime(state)
     rows = [_body(n, s, "yaml") for n, s in state.config.tenants.items()]
     rows += [_body(n, s, "api") for n, s in sorted(runtime.items())]
+    for row in rows:
+        row["stored"] = await _stored(state, row["name"])
     return _json({"object": "list", "data": rows})
 
 
+async def _stored(state: GatewayState, tenant: str) -> dict[str, Any]:
+    """What the tenant keeps in the shared store against its caps."""
+    limits = state.config.responses
+    used = await state.parts.responses.usage(tenant)
+    return {
+        "responses": {
+            "count": used.count,
+            "bytes": used.bytes,
+            "max_count": limits.tenant_max_count,
+            "max_bytes": limits.tenant_max_bytes,
+        }
+    }
+
+
 async def _save(state: GatewayState, name: str, spec: TenantSpec) -> None:
-    try:
-        await state.keys.store.put_tenant(name, tenant_fields(spec))
-    except StoreUnavailable as exc:
-        raise store_unavailable("tenant", exc) from exc
+    await state.keys.store.put_tenant(name, tenant_fields(spec))
     state.keys.runtime_tenants = {**state.keys.runtime_tenants, name: spec}
     state.keys.changed()
 
@@ -147,13 +156,10 @@ async def delete_tenant(request: Request, name: str, state: AdminDep) -> Respons
     if old is None:
         raise NotFound(f"no runtime tenant {name!r}", param="name")
     store, now = state.keys.store, time.time()
-    try:
-        await store.delete_tenant(name)
-        revoked = [k for k in await store.list(name) if k.revoked_at is None]
-        for key in revoked:
-            await store.put(key.model_copy(update={"revoked_at": now}))
-    except StoreUnavailable as exc:
-        raise store_unavailable("tenant", exc) from exc
+    await store.delete_tenant(name)
+    revoked = [k for k in await store.list(name) if k.revoked_at is None]
+    for key in revoked:
+        await store.put(key.model_copy(update={"revoked_at": now}))
     state.keys.runtime_tenants = {n: s for n, s in state.keys.runtime_tenants.items() if n != name}
     state.keys.changed()
     after = {"deleted": True, "revoked_keys": [k.id for k in revoked]}

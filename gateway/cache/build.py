@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from gateway.cache.keys import embedding_space
 from gateway.cache.service import PromptCache
 from gateway.cache.verify import CandidateVerifier
 from policies.schema import CacheConfig, GatewayConfig
@@ -106,11 +107,20 @@ async def open_cache(
     log.info(
         "prompt cache on %s (semantic %s)", storage.kind, "on" if embedder is not None else "off"
     )
+    space = "" if embedder is None else embedding_space(_name(embedder), embedder.dim)
     cache = PromptCache(
-        storage, config.cache, semantic_enabled=embedder is not None, verifier=verifier
+        storage,
+        config.cache,
+        semantic_enabled=embedder is not None,
+        verifier=verifier,
+        space=space,
     )
     cache.start()
     return cache, embedder
+
+
+def _name(embedder: Embedder) -> str:
+    return str(getattr(embedder, "name", type(embedder).__name__))
 
 
 async def _learned_verifier(embedder: Embedder, folder: str | None) -> CandidateVerifier:

@@ -24,6 +24,12 @@ from routers.verifier.guard import guard
 VERSION = "2"  # bump when the key layout or the stored record changes
 
 
+def embedding_space(name: str, dim: int) -> str:
+    """A short tag of the embedder that made a vector: entries of one space are only ever
+    compared with queries of the same space (its vector set, and the semantic prefix)."""
+    return hashlib.sha256(f"{name}:{dim}".encode()).hexdigest()[:12]
+
+
 def _canonical(value: Any) -> bytes:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
 
@@ -85,8 +91,13 @@ class Fingerprint:
     text: str  # the text compared by meaning (the last user message, or the prompt)
 
 
-def fingerprint(tenant_ns: str, requested_model: str, request: GenerationRequest) -> Fingerprint:
+def fingerprint(
+    tenant_ns: str, requested_model: str, request: GenerationRequest, space: str = ""
+) -> Fingerprint:
+    """``space``: the embedding space, part of the semantic prefix (not of the exact key:
+    an exact hit does not depend on the embedder)."""
     params = _params(request)
+    spaced = [space] if space else []
     if request.messages is not None:
         messages = tuple(request.messages)
         exact = _digest(tenant_ns, requested_model, "chat", list(messages), params)
@@ -95,9 +106,9 @@ def fingerprint(tenant_ns: str, requested_model: str, request: GenerationRequest
             return Fingerprint(exact, "", "")
         text = last_user_text(messages)
         rest = [*messages[:index], _without_text(messages[index]), *messages[index + 1 :]]
-        prefix = _digest(tenant_ns, requested_model, "chat", rest, params, guard(text))
+        prefix = _digest(tenant_ns, requested_model, "chat", rest, params, guard(text), *spaced)
         return Fingerprint(exact, prefix, text)
     prompt = request.prompt or ""
     exact = _digest(tenant_ns, requested_model, "text", prompt, params)
-    prefix = _digest(tenant_ns, requested_model, "text", None, params, guard(prompt))
+    prefix = _digest(tenant_ns, requested_model, "text", None, params, guard(prompt), *spaced)
     return Fingerprint(exact, prefix, prompt)

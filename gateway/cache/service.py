@@ -11,6 +11,12 @@ compute once, as ``EmbeddingOnce``. Routing asks for the exact entry before clas
 that lookup and only then searches the semantic index; the probe also stores the live
 answer and counts what a hit saved.
 
+A hit is only ever an answer the request could have had live: the probe is given the
+request's ``admits`` (``routers.decision.may_answer``: the tiers and model its forced tier,
+key and tenant scope, ``min``/``max`` tier and named model allow), an entry from another
+tier is passed over (counted as ``refused:tier``), and the run withdraws a hit from a tier
+dearer than a budget downgrade left it (``withdraw``).
+
 A hit's ``Lookup.entry_id`` names the stored entry (opaque to callers); ``forget``
 evicts it from every index and keeps the pair as a ``match: false`` label, for
 feedback that flags a cached answer as wrong.
@@ -22,7 +28,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
@@ -43,6 +49,7 @@ from routers.embedding import EmbeddingOnce
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+Admits = Callable[[CachedResponse], bool]  # whether the request may be answered by an entry
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 CacheStatus = Literal["exact", "semantic", "miss", "bypass"]
 CANDIDATES = 4
@@ -108,10 +115,12 @@ class PromptCache:
         *,
         semantic_enabled: bool,
         verifier: CandidateVerifier | None = None,
+        space: str = "",
     ) -> None:
         self.storage = storage
         self.config = config
         self.semantic_enabled = semantic_enabled
+        self.space = space  # the embedder's (keys.embedding_space): never mix two
         self.verifier = verifier or CandidateVerifier(None, None)
         self.counters = CacheCounters()
         self.stats = TenantStats(self._flush_stats, self._read_stats)
@@ -157,10 +166,10 @@ class PromptCache:
             self._count_bypass("policy" if policy.enabled else "disabled")
             return None
         ns = namespace(principal.tenant)
-        mark = fingerprint(ns, requested_model, request)
+        mark = fingerprint(ns, requested_model, request, self.space)
         semantic = self.semantic_enabled and policy.semantic and bool(mark.text.strip())
         return CachePlan(
-            CacheKeys(self.config.key_prefix, ns),
+            CacheKeys(self.config.key_prefix, ns, self.space),
             policy,
             mark,
             lookup,
@@ -176,10 +185,11 @@ class PromptCache:
         request: GenerationRequest,
         cache_control: str | None,
         embedding: EmbeddingOnce | None,
+        admits: Admits | None = None,
     ) -> CacheProbe | None:
         """The request's probe; None: it bypasses the cache (its plan says so)."""
         plan = self.plan(principal, requested_model, request, cache_control)
-        return None if plan is None else CacheProbe(self, plan, embedding)
+        return None if plan is None else CacheProbe(self, plan, embedding, admits)
 
     def _count_bypass(self, reason: str) -> None:
         self.counters.bypassed += 1
@@ -200,14 +210,22 @@ class PromptCache:
             log.warning("cache %s failed (%r): serving without the cache", what, exc)
             raise CacheUnavailable(str(exc)) from exc
 
-    async def lookup(self, plan: CachePlan, embedding: EmbeddingOnce | None) -> Lookup:
+    async def lookup(
+        self, plan: CachePlan, embedding: EmbeddingOnce | None, admits: Admits | None = None
+    ) -> Lookup:
         """The exact key, then the semantic index."""
-        found = await self.lookup_exact(plan)
+        found = await self.lookup_exact(plan, admits)
         if found.status != "miss":
             return found
-        return await self.lookup_semantic(plan, embedding)
+        return await self.lookup_semantic(plan, embedding, admits)
 
-    async def lookup_exact(self, plan: CachePlan) -> Lookup:
+    def _refuse(self, ns: str, reason: str, count: int = 1) -> None:
+        self.counters.refused += count
+        by_reason = self.counters.refused_by_reason
+        by_reason[reason] = by_reason.get(reason, 0) + count
+        self.stats.add(ns, f"refused:{reason}", count)
+
+    async def lookup_exact(self, plan: CachePlan, admits: Admits | None = None) -> Lookup:
         """The exact key only (it does not depend on the tier): ``miss`` is not counted,
         the semantic lookup that follows counts it."""
         self.stats.add(plan.keys.ns, "lookups")
@@ -219,14 +237,19 @@ class PromptCache:
         response = _decode(raw)
         if response is None:
             return Lookup("miss")
+        if admits is not None and not admits(response):
+            self._refuse(plan.keys.ns, "tier")  # another tier's answer: not this request's
+            return Lookup("miss")
         self.counters.exact_hits += 1
         self.stats.add(plan.keys.ns, "exact_hits")
         return Lookup("exact", response, 1.0, plan.fingerprint.exact)
 
-    async def lookup_semantic(self, plan: CachePlan, embedding: EmbeddingOnce | None) -> Lookup:
+    async def lookup_semantic(
+        self, plan: CachePlan, embedding: EmbeddingOnce | None, admits: Admits | None = None
+    ) -> Lookup:
         """The semantic index, after an exact miss."""
         try:
-            found = await self._semantic(plan, embedding)
+            found = await self._semantic(plan, embedding, admits)
         except CacheUnavailable:
             self._count_bypass("unavailable")
             return Lookup("bypass")
@@ -239,7 +262,9 @@ class PromptCache:
             self.counters.misses += 1
         return found
 
-    async def _semantic(self, plan: CachePlan, embedding: EmbeddingOnce | None) -> Lookup:
+    async def _semantic(
+        self, plan: CachePlan, embedding: EmbeddingOnce | None, admits: Admits | None
+    ) -> Lookup:
         if not plan.semantic or embedding is None:
             return Lookup("miss")
         vector = await embedding.get()
@@ -253,16 +278,19 @@ class PromptCache:
             for s, c in scored
             if s >= plan.policy.semantic_threshold and (r := _decode(c.record)) is not None
         }
+        if admits is not None:
+            other = [digest for digest, r in decoded.items() if not admits(r)]
+            for digest in other:  # another tier's answers: never candidates for this request
+                del decoded[digest]
+            if other:
+                self._refuse(plan.keys.ns, "tier", len(other))
         close = [(s, c) for s, c in scored if c.digest in decoded]
         if not close:
             return Lookup("miss")
         decision = await self.verifier.decide(plan.policy, plan.fingerprint.text, close)
         ns = plan.keys.ns
         for reason, count in decision.refused.items():
-            self.counters.refused += count
-            by_reason = self.counters.refused_by_reason
-            by_reason[reason] = by_reason.get(reason, 0) + count
-            self.stats.add(ns, f"refused:{reason}", count)
+            self._refuse(ns, reason, count)
         if decision.verify_ms is not None:
             self.stats.verified(ns, decision.verify_ms)
         if decision.chosen is None:
@@ -337,7 +365,7 @@ class PromptCache:
         return await self.storage.usage(self.keys(tenant))
 
     def keys(self, tenant: str) -> CacheKeys:
-        return CacheKeys(self.config.key_prefix, namespace(tenant))
+        return CacheKeys(self.config.key_prefix, namespace(tenant), self.space)
 
     async def aclose(self) -> None:
         await self.stats.aclose()
@@ -348,9 +376,13 @@ class CacheProbe:
     """One request's lookups, each made at most once whoever asks, and its store."""
 
     def __init__(
-        self, cache: PromptCache, plan: CachePlan, embedding: EmbeddingOnce | None
+        self,
+        cache: PromptCache,
+        plan: CachePlan,
+        embedding: EmbeddingOnce | None,
+        admits: Admits | None = None,
     ) -> None:
-        self.cache, self.plan, self.embedding = cache, plan, embedding
+        self.cache, self.plan, self.embedding, self.admits = cache, plan, embedding, admits
         self._exact: Lookup | None = None
         self._found: Lookup | None = None
 
@@ -368,7 +400,7 @@ class CacheProbe:
         """The exact entry (its key does not depend on the tier)."""
         if self._exact is None:
             with timed("cache.exact"):
-                self._exact = await self.cache.lookup_exact(self.plan)
+                self._exact = await self.cache.lookup_exact(self.plan, self.admits)
         return self._exact
 
     async def found(self) -> Lookup:
@@ -377,8 +409,24 @@ class CacheProbe:
             found = await self.exact()
             if found.status == "miss":
                 with timed("cache.lookup"):
-                    found = await self.cache.lookup_semantic(self.plan, self.embedding)
+                    found = await self.cache.lookup_semantic(self.plan, self.embedding, self.admits)
             self._found = found
+        return self._found
+
+    def withdraw(self, found: Lookup, reason: str) -> Lookup:
+        """A hit the request may not take after all (a budget downgrade left it on a
+        cheaper tier than the entry's): counted as refused, answered as a miss."""
+        counters, ns = self.cache.counters, self.plan.keys.ns
+        if found.status == "exact":
+            counters.exact_hits -= 1
+            self.cache.stats.add(ns, "exact_hits", -1)
+        elif found.status == "semantic":
+            counters.semantic_hits -= 1
+            self.cache.stats.add(ns, "semantic_hits", -1)
+            by_tenant = counters.semantic_by_tenant
+            by_tenant[self.plan.tenant] = by_tenant.get(self.plan.tenant, 1) - 1
+        self.cache._refuse(ns, reason)
+        self._found = Lookup("miss")
         return self._found
 
     async def store(self, response: CachedResponse) -> bool:

@@ -19,7 +19,30 @@ from gateway.settings import load_effective_config
 from policies.loader import ConfigError
 from policies.schema import ClassifierConfig, GatewayConfig
 
-BATCH = 512
+BATCH = 512  # conversations scored at once; the embedder splits them further
+
+
+class Progress:
+    """``classified N/M (R/s)`` on stderr, at most every ``every_s`` seconds."""
+
+    def __init__(self, total: int, every_s: float = 5.0) -> None:
+        self.total, self.every_s = total, every_s
+        self.started = self.shown = time.monotonic()
+        self.count = 0
+
+    def done(self, count: int) -> None:
+        self.count = count
+        if time.monotonic() - self.shown >= self.every_s:
+            self._show()
+
+    def finish(self) -> None:
+        if self.total:
+            self._show()
+
+    def _show(self) -> None:
+        self.shown = time.monotonic()
+        rate = self.count / max(self.shown - self.started, 1e-9)
+        print(f"classified {self.count}/{self.total} ({rate:.0f}/s)", file=sys.stderr, flush=True)
 
 
 def _config(path: Path | None) -> GatewayConfig:
@@ -76,7 +99,9 @@ def cmd_classify(args: argparse.Namespace) -> int:
         if source is not sys.stdin.buffer:
             source.close()
     conversations = [m for _, m, _ in records]
-    scores = _scores(built, conversations)
+    progress = Progress(len(records))
+    scores = _scores(built, conversations, progress)
+    progress.finish()
     traffic = built.quality.reference_traffic() if built.quality is not None else None
     if config.routing.sessions is not None and config.routing.objective is not None:
         routed = _session_lines(config, built, records, scores, traffic)
@@ -98,13 +123,17 @@ def cmd_classify(args: argparse.Namespace) -> int:
     return 1 if errors else 0
 
 
-def _scores(built: Any, conversations: list[list[Mapping[str, Any]]]) -> list[Any]:
+def _scores(
+    built: Any, conversations: list[list[Mapping[str, Any]]], progress: Progress | None = None
+) -> list[Any]:
     from routers.training.batch import score_conversations
 
     scores = []
     for start in range(0, len(conversations), BATCH):
         batch = conversations[start : start + BATCH]
         scores += score_conversations(built.classifier, built.embedder, batch)
+        if progress is not None:
+            progress.done(len(scores))
     return scores
 
 
@@ -311,14 +340,14 @@ def objective_report(
 
     from gateway.routing.objective import objective_of
     from routers.objective import Objective
-    from routers.quality import QualityModel
+    from routers.setup import quality_model
     from routers.training.batch import cached_embed, embed_texts, format_calibration
     from routers.training.complexity_fit import feature_matrix
     from routers.training.heldout import evaluate_sets, format_sets, held_out_sets, tier_calibration
     from routers.training.tier_sets import TierSet
 
     spec = config.routing.classifier or ClassifierConfig()
-    model = QualityModel.load(Path(spec.quality) if spec.quality else None)
+    model = quality_model(spec)
     configured = config.routing.objective
     objective = objective_of(configured) if configured is not None else Objective("cost", 0.25)
     min_samples = config.routing.target.min_samples

@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 
 from backends.base import Chunk, GenerationRequest
 from backends.errors import EngineError, EngineUnavailable
@@ -39,7 +40,7 @@ from gateway.types import Ask, Charges, Outcome, Progress, Readiness, RoutedRequ
 from policies.schema import GatewayConfig
 from policies.stores.responses import ResponseStore
 from policies.stores.store import Store
-from routers.decision import TierDecision
+from routers.decision import TierDecision, may_answer
 from routers.wordpiece import ServedEmbedder
 
 log = logging.getLogger(__name__)
@@ -76,8 +77,9 @@ class ServingCore:
         probe = None
         if parts.cache is not None:
             generation, control = ask.generation, ask.cache_control
+            admits = partial(_admits, self.config, ask)
             probe = parts.cache.probe(
-                ask.principal, ask.requested_model, generation, control, embedding
+                ask.principal, ask.requested_model, generation, control, embedding, admits
             )
         found = await probe.found() if probe is not None and probe.looks_up else None
         cached = found is not None and found.response is not None
@@ -98,6 +100,13 @@ class ServingCore:
         cache lookup, and the request is not counted as traffic."""
         embedding = embedding_of(self.parts.router, ask.generation)
         return await route(self.config, self.parts.router, ask, embedding, explain=True)
+
+
+def _admits(config: GatewayConfig, ask: Ask, hit: CachedResponse) -> bool:
+    """A cached answer this request could have had live (its scope, its named or forced
+    tier): the probe passes over every other."""
+    policy, model, forced = ask.principal.policy, ask.requested_model, ask.forced_tier
+    return may_answer(config, policy, model, forced, hit.tier, hit.model)
 
 
 class Run:
@@ -276,6 +285,13 @@ class Run:
         probe, found = self.probe, self.found
         if probe is None:
             return False
+        ticket = self.hold.ticket
+        downgraded = ticket is not None and ticket.downgraded
+        if found is not None and found.response is not None and downgraded:
+            assert ticket is not None
+            tiers = list(self.config.tiers)
+            if tiers.index(found.response.tier) > tiers.index(ticket.held.tier):
+                found = self.found = probe.withdraw(found, "budget")  # dearer than allowed
         if found is not None:
             self.progress.cache, self.progress.similarity = found.status, found.similarity
             if found.response is not None:
@@ -283,7 +299,6 @@ class Run:
                 await self._replay(found.status, found.response)
                 return True
         # A budget downgrade answers on a cheaper tier than asked: not the request's answer.
-        downgraded = self.hold.ticket is not None and self.hold.ticket.downgraded
         if probe.plan.store and not downgraded:
             self._recorder = Recorder()
         return False

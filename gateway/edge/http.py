@@ -23,14 +23,12 @@ from gateway.errors import (
     InvalidRequest,
     PayloadTooLarge,
     RequestTimeout,
-    ServiceUnavailable,
 )
 from gateway.state import GatewayState
 from gateway.telemetry.timing import begin_request
 from gateway.telemetry.tracing import AUTH, RequestTrace, Tracing, active, stage
 from gateway.wire.sse import EventStreamResponse, wait_disconnect
 from policies.stores.key_directory import KeyDirectory
-from policies.stores.store import StoreUnavailable
 from policies.tenants import Principal
 
 T = TypeVar("T")
@@ -169,8 +167,15 @@ def bearer_key(request: Request) -> str | None:
 
 def tenant_key(request: Request) -> str | None:
     """A tenant key as OpenAI's clients send it (``Authorization: Bearer``), else as
-    Anthropic's do (``x-api-key``); both look up the same key store."""
-    return bearer_key(request) or request.headers.get("x-api-key")
+    Anthropic's do (``x-api-key``); both look up the same key store. Two different keys in
+    one request are refused: which one pays must never depend on which header wins."""
+    bearer, api_key = bearer_key(request), request.headers.get("x-api-key")
+    if bearer and api_key and bearer.strip() != api_key.strip():
+        raise InvalidApiKey(
+            "Two different API keys in one request ('Authorization: Bearer' and 'x-api-key'): "
+            "send one."
+        )
+    return bearer or api_key
 
 
 async def authenticate(keys: KeyDirectory, key: str | None) -> Principal:
@@ -183,10 +188,7 @@ async def authenticate(keys: KeyDirectory, key: str | None) -> Principal:
                 "You didn't provide an API key (header 'Authorization: Bearer KEY' or "
                 "'x-api-key: KEY')."
             )
-        try:
-            principal = await keys.authenticate(key)
-        except StoreUnavailable:
-            raise ServiceUnavailable("the key store is unreachable") from None
+        principal = await keys.authenticate(key)
         if principal is None:
             raise InvalidApiKey("Incorrect API key provided.")
         span.set_attribute("tiergate.tenant", principal.tenant)

@@ -23,7 +23,7 @@ from gateway.edge.http import GatewayEndpoint, read_body
 from gateway.edge.openapi import errors, request_body
 from gateway.errors import InvalidRequest
 from gateway.types import Ask, RoutedRequest
-from gateway.wire.common import parse_body
+from gateway.wire.common import load_json, parse_body
 from policies.schema import GatewayConfig
 from routers.objective import TierChoice
 from routers.session import SessionHint
@@ -44,10 +44,7 @@ async def explain_route(request: Request, call: TenantDep) -> Response:
     config = core.config
     server = config.server
     raw = await read_body(request, server.max_body_bytes, server.header_timeout_s)
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"the body is not valid JSON: {exc}") from exc
+    data = load_json(raw)
     if not isinstance(data, dict):
         raise InvalidRequest("the body must be a JSON object")
     data.setdefault("model", "auto")

@@ -31,7 +31,6 @@ from gateway.routing.sessions import Sessions
 from gateway.wire.common import parse_body
 from policies.stores.cache.storage import CacheUnavailable
 from policies.stores.feedback import RequestRecord
-from policies.stores.store import StoreUnavailable
 
 endpoints = APIRouter(
     route_class=GatewayEndpoint, tags=["v1"], responses=errors(400, 401, 404, 409, 413, 500, 503)
@@ -69,10 +68,7 @@ async def escalate_session(sessions: Sessions | None, request_id: str) -> bool:
     (``routing.sessions``). False: sessions off, or the request's session is gone."""
     if sessions is None:
         return False
-    try:
-        return await sessions.bad_verdict(request_id)
-    except StoreUnavailable as exc:
-        raise ServiceUnavailable("the session store is unreachable; try again shortly") from exc
+    return await sessions.bad_verdict(request_id)  # a store outage: the boundary's 503
 
 
 @endpoints.post("/v1/feedback", openapi_extra=request_body(FeedbackRequest))
@@ -86,16 +82,13 @@ async def post_feedback(request: Request, call: TenantDep) -> Response:
         raise InvalidRequest(
             "feedback is not enabled on this gateway (routing.feedback)", code="feedback_disabled"
         )
-    try:
-        record = await feedback.record(body.request_id)
-        if record is None or record.tenant != principal.tenant:
-            raise RequestNotFound(
-                f"no request {body.request_id!r} to give feedback on (unknown or expired)",
-                param="request_id",
-            )
-        previous, label = await feedback.client_verdict(spec, principal, record, body.verdict)
-    except StoreUnavailable as exc:
-        raise ServiceUnavailable("the feedback store is unreachable; try again shortly") from exc
+    record = await feedback.record(body.request_id)
+    if record is None or record.tenant != principal.tenant:
+        raise RequestNotFound(
+            f"no request {body.request_id!r} to give feedback on (unknown or expired)",
+            param="request_id",
+        )
+    previous, label = await feedback.client_verdict(spec, principal, record, body.verdict)
     if previous is not None and previous != body.verdict:
         raise VerdictConflict(
             f"request {body.request_id!r} already has the verdict {previous!r}", param="verdict"

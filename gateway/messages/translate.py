@@ -48,12 +48,20 @@ def to_generation(body: MessagesRequest, mode: Mode = "lenient") -> Translation:
     messages: list[Message] = []
     system = _system_text(body.system, "system", notes)
     systems = [system] if system is not None else []
+    last = len(body.messages) - 1
     for index, turn in enumerate(body.messages):
         where = f"messages[{index}]"
         if turn.role == "system":  # most chat templates take one system message, first
             systems.append(_system_text(turn.content, where, notes) or "")
             continue
-        messages.extend(_turn(turn.role, turn.content, where, notes))
+        if turn.content == [] and not (index == last and turn.role == "assistant"):
+            raise InvalidRequest(
+                f"{where}.content: all messages must have non-empty content except for the "
+                "optional final assistant message",
+                param=f"{where}.content",
+            )
+        answered = _called(body.messages[index - 1].content) if index else set()
+        messages.extend(_turn(turn.role, turn.content, where, notes, answered))
     if not messages:
         raise InvalidRequest("messages: no turn left to answer", param="messages")
     if systems:
@@ -113,7 +121,18 @@ def _hints(block: Block, notes: _Notes) -> None:
         notes.add("citations")
 
 
-def _turn(role: str, content: str | list[Block], where: str, notes: _Notes) -> list[Message]:
+def _called(content: str | list[Block]) -> set[str]:
+    """The ids of the ``tool_use`` blocks in a turn: what the next turn's results answer."""
+    if isinstance(content, str):
+        return set()
+    return {
+        b["id"] for b in content if b.get("type") == "tool_use" and isinstance(b.get("id"), str)
+    }
+
+
+def _turn(
+    role: str, content: str | list[Block], where: str, notes: _Notes, answered: set[str]
+) -> list[Message]:
     if isinstance(content, str):
         return [{"role": role, "content": content}]
     parts: list[Block] = []
@@ -132,7 +151,7 @@ def _turn(role: str, content: str | list[Block], where: str, notes: _Notes) -> l
         elif kind == "tool_use" and role == "assistant":
             calls.append(_call(block, at))
         elif kind == "tool_result" and role == "user":
-            results.append(_result(block, at, notes))
+            results.append(_result(block, at, notes, answered))
         elif kind in _DROPPED_BLOCKS and role == "assistant":
             notes.add(at)
         else:
@@ -188,10 +207,17 @@ def _call(block: Block, at: str) -> Block:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": encoded}}
 
 
-def _result(block: Block, at: str, notes: _Notes) -> Message:
+def _result(block: Block, at: str, notes: _Notes, answered: set[str]) -> Message:
     call_id = block.get("tool_use_id")
     if not isinstance(call_id, str):
         raise InvalidRequest(f"{at}: a tool_result needs `tool_use_id`", param=at)
+    if call_id not in answered:  # Anthropic's rule: the call is in the message before
+        raise InvalidRequest(
+            f"{at}: unexpected `tool_use_id` found in `tool_result` blocks: {call_id}. Each "
+            "`tool_result` block must have a corresponding `tool_use` block in the previous "
+            "message.",
+            param=f"{at}.tool_use_id",
+        )
     content = block.get("content")
     if content is None:
         text = ""

@@ -34,7 +34,7 @@ from gateway.telemetry.timing import timed
 from gateway.types import Outcome
 from policies.schema import GatewayConfig
 from policies.stores.budget import GLOBAL_SCOPE, BudgetStore, Denied, Reservation
-from policies.stores.ledger import Ledger
+from policies.stores.ledger import Ledger, bounded_metadata
 from policies.stores.ratelimit import RateLimiter
 from policies.stores.settle_journal import SettleJournal
 from policies.stores.spending import budget_scopes, rate_scopes
@@ -260,9 +260,8 @@ async def admit_worst(
 
 async def settle(money: Money, routed: Admitted, ticket: Ticket, outcome: Outcome) -> None:
     """Charge the outcome's cost against the reservation and append its ledger event."""
-    event = outcome.ledger_event(
-        routed.request_id, routed.principal, ticket.downgraded, routed.metadata
-    )
+    metadata = bounded_metadata(routed.metadata, routed.config.ledger.metadata_bytes)
+    event = outcome.ledger_event(routed.request_id, routed.principal, ticket.downgraded, metadata)
     reservation = ticket.held.reservation
     # What the store refuses now is journaled and settled once it is back, never lost.
     if reservation is None:  # failed open: no hold, but the counters still get the spend
@@ -291,7 +290,11 @@ async def record_denied(ledger: Ledger, routed: Admitted, outcome: Outcome) -> N
     """A refused request's ledger event (``kind="denied"``, the reason as its status)."""
     try:
         await ledger.record(
-            outcome.denial_event(routed.request_id, routed.principal, routed.metadata)
+            outcome.denial_event(
+                routed.request_id,
+                routed.principal,
+                bounded_metadata(routed.metadata, routed.config.ledger.metadata_bytes),
+            )
         )
     except StoreUnavailable as exc:
         log.warning("could not record a denied request: %s", exc)

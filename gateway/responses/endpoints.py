@@ -23,12 +23,11 @@ from gateway.edge.family import Family
 from gateway.edge.http import TracedEndpoint
 from gateway.edge.openapi import GENERATION_ERRORS, request_body
 from gateway.edge.respond import serve
-from gateway.errors import InvalidRequest, NotFound, ServiceUnavailable
+from gateway.errors import InvalidRequest, NotFound
 from gateway.responses.protocol import CreateResponse
 from gateway.responses.serving import RESPONSES, load
 from gateway.wire.compat import unsupported
 from policies.stores.responses import ResponseStore, StoredResponse
-from policies.stores.store import StoreUnavailable
 from policies.tenants import Principal
 
 log = logging.getLogger(__name__)
@@ -52,10 +51,7 @@ async def get_response(response_id: str, call: TenantDep, stream: bool = False) 
 
 @stored.delete("/v1/responses/{response_id}", name="delete_response")
 async def delete_response(response_id: str, call: TenantDep) -> Response:
-    try:
-        deleted = await call.core.parts.responses.delete(call.principal, response_id)
-    except StoreUnavailable:
-        raise ServiceUnavailable("the response store is unreachable") from None
+    deleted = await call.core.parts.responses.delete(call.principal, response_id)
     if not deleted:
         raise _missing(response_id)
     return _json({"id": response_id, "object": "response", "deleted": True})

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from backends.base import Chunk
-from gateway.errors import ApiError, InvalidRequest, ServiceUnavailable
+from gateway.errors import ApiError, InvalidRequest
 from gateway.responses.protocol import CreateResponse
 from gateway.responses.render import TERMINAL, Echo, ResponseEvents, whole_response
 from gateway.responses.translate import Translation, to_generation
@@ -24,7 +24,7 @@ from gateway.wire.errors import ErrorShape, openai_error
 from gateway.wire.format import Caller, Exchange, RunView, Turn
 from gateway.wire.sse import Event, Framing, named_events
 from policies.responses_spec import ResponsesConfig
-from policies.stores.responses import ResponseStore, StoredResponse, input_fits
+from policies.stores.responses import ResponseStore, StoredResponse, input_fits, input_size
 from policies.stores.store import StoreUnavailable
 from policies.tenants import Principal
 from routers.session import SessionHint
@@ -53,6 +53,13 @@ class ResponsesFormat:
                 "bytes): send store: false, or a shorter input",
                 param="store",
             )
+        if body.store and not await store.room(limits, principal, input_size(translation.items)):
+            raise InvalidRequest(
+                f"this tenant keeps its most stored Responses ({limits.tenant_max_count} or "
+                f"{limits.tenant_max_bytes} bytes): delete some, or send store: false",
+                param="store",
+                code="stored_responses_limit",
+            )
         session = chain or body_session(body.model_extra, body.user)
         return ResponseExchange(store, principal, body, translation, limits, session)
 
@@ -64,10 +71,7 @@ async def load(
     store: ResponseStore, principal: Principal, response_id: str
 ) -> StoredResponse | None:
     """The key's stored Response (None: not there, or another key's)."""
-    try:
-        return await store.load(principal, response_id)
-    except StoreUnavailable:
-        raise ServiceUnavailable("the response store is unreachable") from None
+    return await store.load(principal, response_id)
 
 
 async def _history(

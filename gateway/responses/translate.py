@@ -67,6 +67,7 @@ def to_generation(
     compat = compat.merged(stripped)
     choice = _tool_choice(body.tool_choice, echo)
     conversation = (*history, *items)
+    _check_outputs(conversation, len(history))
     messages = chat_messages(conversation, namespaces)
     if not messages:
         raise InvalidRequest("input: no message left to answer", param="input")
@@ -86,6 +87,20 @@ def to_generation(
     )
     echoed = choice if isinstance(choice, str) or tools else "auto"
     return Translation(generation, conversation, compat, echo, echoed, namespaces)
+
+
+def _check_outputs(conversation: Sequence[Item], first_input: int) -> None:
+    """Every ``function_call_output`` answers a ``function_call`` before it (in the stored
+    conversation or this input), as OpenAI checks."""
+    called: set[str] = set()
+    for index, item in enumerate(conversation):
+        if item["type"] == "function_call":
+            called.add(item["call_id"])
+        elif item["type"] == "function_call_output" and item["call_id"] not in called:
+            raise InvalidRequest(
+                f"No tool call found for function call output with call_id {item['call_id']}.",
+                param=f"input[{index - first_input}].call_id" if index >= first_input else "input",
+            )
 
 
 def normalized_input(body: CreateResponse) -> tuple[list[Item], Compat]:

@@ -125,12 +125,49 @@ def logprobs_body(entries: tuple[TokenLogprob, ...] | None) -> dict[str, Any] | 
     }
 
 
-def parse_body(model: type[M], raw: bytes) -> M:
-    """Decode and validate a request body; a failure names the offending ``param``."""
+MAX_JSON_DEPTH = 64  # nesting levels of a request body (OpenAI's SDK schemas use under 20)
+
+
+def too_deep(data: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
+    """The path of the first value nested deeper than ``limit`` (None: none is). Every
+    request body is checked once, here at parse, so nothing below the edge meets one it
+    cannot write back (orjson refuses to serialise past 255 levels)."""
+    stack: list[tuple[Any, str, int]] = [(data, "", 1)]
+    while stack:
+        value, path, depth = stack.pop()
+        if depth > limit:
+            return path
+        if isinstance(value, dict):
+            stack.extend(
+                (v, f"{path}.{k}" if path else str(k), depth + 1) for k, v in value.items()
+            )
+        elif isinstance(value, list):
+            stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value))
+    return None
+
+
+def load_json(raw: bytes) -> Any:
+    """A request body as JSON: 400 when it is not JSON or nests deeper than
+    ``MAX_JSON_DEPTH``, naming the top-level field that does."""
     try:
         data: Any = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequest(f"the body is not valid JSON: {exc}") from exc
+    path = too_deep(data)
+    if path is not None:
+        param = path.split(".", 1)[0].split("[", 1)[0] or None
+        shown = path if len(path) <= 120 else path[:117] + "..."
+        raise InvalidRequest(
+            f"{param or 'body'}: JSON nested deeper than {MAX_JSON_DEPTH} levels (at {shown})",
+            param=param,
+            code="invalid_value",
+        )
+    return data
+
+
+def parse_body(model: type[M], raw: bytes) -> M:
+    """Decode and validate a request body; a failure names the offending ``param``."""
+    data = load_json(raw)
     if not isinstance(data, dict):
         raise InvalidRequest("the body must be a JSON object")
     try:

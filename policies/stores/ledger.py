@@ -168,3 +168,23 @@ class MemoryLedger:
 
 def now() -> float:
     return time.time()
+
+
+TRUNCATED = "tiergate_truncated"  # the key a trimmed ``metadata`` says so under
+
+
+def bounded_metadata(metadata: Mapping[str, str] | None, limit: int) -> Mapping[str, str] | None:
+    """The client's ``metadata`` as one ledger event keeps it: the pairs, in order, while
+    their JSON stays within ``limit`` bytes; when some are dropped, ``TRUNCATED`` says how
+    many were kept (16 maximal pairs are ~10 kB: the stream keeps a million events)."""
+    if not metadata or len(orjson.dumps(metadata)) <= limit:
+        return metadata
+    kept: dict[str, str] = {}
+    note = f"kept 0 of {len(metadata)} pairs ({limit} bytes)"
+    for key, value in metadata.items():
+        trial = {**kept, key: value}
+        trial_note = f"kept {len(trial)} of {len(metadata)} pairs ({limit} bytes)"
+        if len(orjson.dumps({**trial, TRUNCATED: trial_note})) > limit:
+            break
+        kept, note = trial, trial_note
+    return {**kept, TRUNCATED: note}

@@ -7,6 +7,9 @@ never existed). A record holds the conversation the response was given (continue
 conversations included) and the Response object; it expires after
 ``responses.ttl_s`` and is not kept when larger than ``responses.max_bytes``.
 
+A tenant's records are counted against its caps (``policies.stores.quota``: count and
+bytes, expiring with the records): ``save`` keeps a record only when it fits.
+
 In process (no ``redis_url``) the records also share one memory budget (``max_bytes``
 times 16), the oldest dropped first: the in-process store only drops an expired value
 when it is read, and a record nobody reads again must not stay forever.
@@ -25,7 +28,9 @@ from typing import Any
 import orjson
 
 from policies.responses_spec import ResponsesConfig
+from policies.stores.quota import Caps, MemoryQuotas, QuotaStore, RedisQuotas, Usage
 from policies.stores.store import Store
+from policies.stores.store_redis import RedisStore
 from policies.tenants import Principal
 
 log = logging.getLogger(__name__)
@@ -66,14 +71,25 @@ def owner_of(principal: Principal) -> str:
     return hashlib.sha256(f"{principal.tenant}\0{principal.key_id}".encode()).hexdigest()[:32]
 
 
+def input_size(items: Sequence[Item]) -> int:
+    return len(orjson.dumps(list(items)))
+
+
 def input_fits(spec: ResponsesConfig, items: Sequence[Item]) -> bool:
     """Whether the input alone leaves room under the size cap (checked before running)."""
-    return len(orjson.dumps(list(items))) < spec.max_bytes
+    return input_size(items) < spec.max_bytes
+
+
+def caps(spec: ResponsesConfig) -> Caps:
+    return Caps(spec.tenant_max_count, spec.tenant_max_bytes)
 
 
 class ResponseStore:
     def __init__(self, store: Store) -> None:
         self.store = store
+        self.quotas: QuotaStore = (
+            RedisQuotas(store, "responses") if isinstance(store, RedisStore) else MemoryQuotas()
+        )
         self._sizes: OrderedDict[str, int] | None = (
             OrderedDict() if store.kind == "memory" else None
         )
@@ -85,16 +101,30 @@ class ResponseStore:
     async def save(
         self, spec: ResponsesConfig, principal: Principal, record: StoredResponse
     ) -> bool:
-        """Keep the record; False when it is larger than the cap (nothing is kept).
-        Raises ``StoreUnavailable`` when the store did not take it."""
+        """Keep the record; False when it is larger than the cap, or the tenant's stored
+        Responses are at their caps (nothing is kept). Raises ``StoreUnavailable`` when
+        the store did not take it."""
         raw = record.encode()
         if len(raw) > spec.max_bytes:
             log.info("response %s not stored: %d bytes", record.response["id"], len(raw))
             return False
         key = self._key(owner_of(principal), str(record.response["id"]))
+        if not await self.quotas.admit(principal.tenant, key, len(raw), spec.ttl_s, caps(spec)):
+            log.info("response %s not stored: tenant %s at its caps", key, principal.tenant)
+            return False
         await self.store.set(key, raw, ttl_s=spec.ttl_s)
         await self._account(spec, key, len(raw))
         return True
+
+    async def usage(self, tenant: str) -> Usage:
+        """What the tenant's stored Responses hold now (every key of it)."""
+        return await self.quotas.usage(tenant)
+
+    async def room(self, spec: ResponsesConfig, principal: Principal, size: int) -> bool:
+        """Whether one more record of ``size`` bytes fits the tenant's caps now (checked
+        before a request runs; ``save`` admits atomically)."""
+        used = await self.quotas.usage(principal.tenant)
+        return used.count < spec.tenant_max_count and used.bytes + size <= spec.tenant_max_bytes
 
     async def _account(self, spec: ResponsesConfig, key: str, size: int) -> None:
         if self._sizes is None:
@@ -119,4 +149,7 @@ class ResponseStore:
         key = self._key(owner_of(principal), response_id)
         if self._sizes is not None and key in self._sizes:
             self._held -= self._sizes.pop(key)
-        return await self.store.delete(key) > 0
+        deleted = await self.store.delete(key) > 0
+        if deleted:
+            await self.quotas.release(principal.tenant, key)
+        return deleted

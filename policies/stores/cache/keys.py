@@ -27,6 +27,7 @@ class CacheKeys:
 
     root: str  # CacheConfig.key_prefix
     ns: str
+    space: str = ""  # the embedding space (``gateway.cache.keys.embedding_space``) of its vectors
 
     @property
     def base(self) -> str:
@@ -42,8 +43,9 @@ class CacheKeys:
 
     @property
     def vectors(self) -> str:
-        """Redis 8 vector set of this tenant's semantic entries."""
-        return f"{self.base}:vset"
+        """Redis 8 vector set of this tenant's semantic entries in this embedding space
+        (a vector set holds one dimension; another embedder's vectors live in another)."""
+        return f"{self.base}:vset:{self.space}" if self.space else f"{self.base}:vset"
 
     @property
     def stats(self) -> str:

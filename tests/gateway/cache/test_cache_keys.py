@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from backends.base import GenerationRequest, SamplingParams
-from gateway.cache.keys import fingerprint
+from gateway.cache.keys import embedding_space, fingerprint
 from gateway.cache.service import cache_directives, cacheable
 from policies.schema import CachePolicy
 from policies.stores.cache.keys import CacheKeys, namespace
@@ -98,3 +98,20 @@ def test_default_policy_caches_only_deterministic_requests(
 def test_cache_control_directives() -> None:
     assert cache_directives("No-Cache, max-age=0") == {"no-cache", "max-age"}
     assert cache_directives(None) == set()
+
+
+def test_the_embedding_space_separates_semantic_entries_not_exact_ones() -> None:
+    request = chat(USER)
+    minilm = embedding_space("all-minilm-l6-v2/onnx-int8/128", 384)
+    static = embedding_space("static-minilm-256/0123abcd/128", 256)
+    one, two = (
+        fingerprint("acme", "small", request, minilm),
+        fingerprint("acme", "small", request, static),
+    )
+    assert one.exact == two.exact == fingerprint("acme", "small", request).exact
+    assert one.prefix != two.prefix
+    assert (
+        CacheKeys("tg:cache", "acme", minilm).vectors
+        != CacheKeys("tg:cache", "acme", static).vectors
+    )
+    assert CacheKeys("tg:cache", "acme").vectors == "tg:cache:{acme}:vset"

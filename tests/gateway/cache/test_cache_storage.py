@@ -120,6 +120,24 @@ async def test_candidates_need_same_tenant_and_prefix(storage: tuple[CacheStorag
     assert await store.candidates(globex, "p1", vector, 2) == []
 
 
+async def test_two_embedding_spaces_never_meet(storage: tuple[CacheStorage, str]) -> None:
+    """A tenant's entries written by two embedders (a rolling deploy, 384-d MiniLM and the
+    256-d static table) live side by side: neither errors on the other's dimension, and a
+    query only ever sees its own space (the vector set and the semantic prefix carry it)."""
+    store, root = storage
+    spaces = {"minilm": 384, "static": 256}
+    for space, dim in spaces.items():
+        keys = CacheKeys(root, "acme", space)
+        await store.put(
+            keys, f"d-{space}", space.encode(), Semantic(f"p:{space}", "t", unit(1, dim)), 60, 100
+        )
+    for space, dim in spaces.items():
+        keys = CacheKeys(root, "acme", space)
+        found = await store.candidates(keys, f"p:{space}", unit(1, dim), 5)
+        assert [c.digest for c in found] == [f"d-{space}"]
+        assert len(found[0].vector) == dim
+
+
 async def test_oldest_entries_are_evicted_past_max(storage: tuple[CacheStorage, str]) -> None:
     store, root = storage
     keys = CacheKeys(root, "acme")

@@ -13,7 +13,10 @@ from tiergate_testing.gateways import subprocess_env
 
 
 def test_every_named_benchmark_exists() -> None:
-    assert all((REPO / "bench" / f"{module}.py").is_file() for module in BENCHMARKS.values())
+    scripts = [
+        Path("bench", *module.split(".")).with_suffix(".py") for module in BENCHMARKS.values()
+    ]
+    assert all((REPO / script).is_file() for script in scripts)
 
 
 @pytest.mark.parametrize("name", sorted(BENCHMARKS))

@@ -11,13 +11,14 @@ from typing import Any
 
 import httpx
 import openai
+import orjson
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from policies.stores.ledger import SpendEvent
+from policies.stores.ledger import TRUNCATED, SpendEvent
 from tests.gateway.budget_support import BudgetProbe, budget_config, redis_prefix
 from tiergate_testing.configs import TEST_KEY
 from tiergate_testing.gateways import RunningGateway, running_gateway
@@ -181,12 +182,19 @@ def test_metadata_past_openais_bounds_is_a_400_naming_it(
     assert setup.probe.wait_no_holds() == 0
 
 
-def test_sixteen_pairs_at_the_limits_are_accepted(setup: Setup) -> None:
+def test_sixteen_pairs_at_the_limits_are_accepted_and_the_ledger_keeps_what_fits(
+    setup: Setup,
+) -> None:
     full = {f"{i:02d}" + "k" * 62: "v" * 512 for i in range(16)}
     reply = setup.client.chat.completions.create(
         model="small", messages=HI, max_tokens=2, metadata=full
     )
-    assert setup.event(reply.id).metadata == full
+    kept = setup.event(reply.id).metadata
+    assert kept is not None and len(orjson.dumps(kept)) <= 1024  # ledger.metadata_bytes
+    note = kept[TRUNCATED]
+    pairs = {k: v for k, v in kept.items() if k != TRUNCATED}
+    assert pairs == {k: full[k] for k in list(full)[: len(pairs)]} and len(pairs) == 1
+    assert note == "kept 1 of 16 pairs (1024 bytes)"
 
 
 def test_the_ledger_keeps_metadata_through_the_settle_journal(setup: Setup) -> None:
