@@ -12,7 +12,7 @@ import hashlib
 import logging
 import os
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -38,6 +38,8 @@ from gateway.embeddings import endpoints as embeddings
 from gateway.explain import endpoints as explain
 from gateway.feedback import endpoints as feedback
 from gateway.learning.build import open_feedback
+from gateway.mcp import endpoints as mcp
+from gateway.mcp.service import open_mcp
 from gateway.messages import endpoints as messages
 from gateway.models import endpoints as models
 from gateway.money.hold import Money
@@ -86,6 +88,7 @@ FAMILIES: tuple[Family, ...] = (
     feedback.FAMILY,
     ops.FAMILY,
     admin.FAMILY,
+    mcp.FAMILY,
 )
 
 # Allocations (net of frees) that start a young-generation collection; CPython's 700 is
@@ -306,6 +309,13 @@ def create_app(
         state.config_source = config_source
         app.state.tiergate = state
         app.state.tiergate_cluster = cluster = await join_cluster(state)
+        stack = AsyncExitStack()  # what is entered here is left in this task, last first
+        mcp_service = open_mcp(
+            config, state.parts.metrics.registry, state.tracing, state.audit, app.version
+        )
+        app.state.tiergate_mcp = mcp_service
+        state.on_reload.append(mcp_service.reconfigure)
+        await stack.enter_async_context(mcp_service.running())
         reloads: set[asyncio.Task[None]] = set()
         hup = config_source is not None and install_sighup(state, reloads)
         loops = [asyncio.create_task(poll_keys(state)), asyncio.create_task(replay_journal(state))]
@@ -330,6 +340,7 @@ def create_app(
             await asyncio.gather(*loops, return_exceptions=True)
             if hup:
                 remove_sighup()
+            await stack.aclose()  # /mcp: its sessions, then its upstreams (processes stopped)
             await cluster.aclose()
             await close_state(state)
 

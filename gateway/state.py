@@ -34,6 +34,8 @@ class GatewayState:
     notes: list[str] = field(default_factory=list)
     config_source: Callable[[], GatewayConfig] | None = None  # re-read on policy reload
     admin_guesses: GuessThrottle = field(default_factory=lambda: GuessThrottle(5, 50))
+    # Told each new policy once it runs (what lives beside the core: the MCP upstreams).
+    on_reload: list[Callable[[GatewayConfig], None]] = field(default_factory=list)
 
     @property
     def config(self) -> GatewayConfig:

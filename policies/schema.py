@@ -16,6 +16,7 @@ from policies.embedding_spec import EmbeddingSpec, embedding_problems
 from policies.engine_spec import EngineSpec, TierSpec
 from policies.feedback_spec import FeedbackConfig, feedback_problems
 from policies.frozen import Frozen
+from policies.mcp_spec import McpCallLimit, McpConfig, ToolPattern, mcp_problems
 from policies.part_tokens import PartTokens
 from policies.responses_spec import ResponsesConfig
 from policies.service_spec import (
@@ -93,7 +94,10 @@ DEFAULT_SEMANTIC_THRESHOLD = 0.85
 class VerifyTarget(Frozen):
     """A learned verifier decides what the rules leave open (routers/verifier/rules.py):
     at most this share of the near-miss candidates that reach it may be served, the
-    threshold set from the calibration table shipped with the model (docs/cache.md)."""
+    threshold set from the calibration table shipped with the model. The share is
+    measured on the calibration pairs (``meta.json`` ``bounds`` and ``by_source``); on
+    other questions it is an estimate, not a guarantee (docs/cache.md, "What
+    max_wrong_rate bounds")."""
 
     max_wrong_rate: float = Field(gt=0.0, le=0.1)
 
@@ -148,6 +152,12 @@ class TenantSpec(Frozen):
     allow_tier_header: bool = False  # may force a tier with ``x-tiergate-tier``
     # Hosted tools the gateway cannot run (web_search…): removed and named, or a 400.
     compat: Literal["lenient", "strict"] = "lenient"
+    # The MCP tools (``/mcp``, policies/mcp_spec.py) this tenant's keys may list and call:
+    # ``SERVER.TOOL`` patterns, ``*`` a wildcard; none by default. Their calls are limited
+    # per minute on their own, and their arguments enter the ledger only when logged.
+    mcp_tools: tuple[ToolPattern, ...] = ()
+    mcp_rate_limit: McpCallLimit | None = None
+    mcp_log_arguments: bool = False
 
 
 class CacheConfig(Frozen):
@@ -349,6 +359,7 @@ class GatewayConfig(Frozen):
     cache: CacheConfig = CacheConfig()
     embeddings: dict[str, EmbeddingSpec] = Field(default_factory=dict)  # POST /v1/embeddings
     responses: ResponsesConfig = ResponsesConfig()  # stored /v1/responses
+    mcp: McpConfig = McpConfig()  # /mcp: the upstream MCP servers (policies/mcp_spec.py)
 
     @model_validator(mode="after")
     def _references(self) -> GatewayConfig:
@@ -393,6 +404,13 @@ class GatewayConfig(Frozen):
             f"embedding model {m!r} has no entry in prices"
             for m, spec in self.embeddings.items()
             if spec.engine is None and m not in self.prices
+        )
+        problems.extend(
+            mcp_problems(
+                self.mcp,
+                {name: [k.id for k in t.keys] for name, t in self.tenants.items()},
+                {f"tenants.{name}.mcp_tools": t.mcp_tools for name, t in self.tenants.items()},
+            )
         )
         if problems:
             raise ValueError("; ".join(problems))

@@ -8,6 +8,7 @@ import os
 import secrets
 from dataclasses import dataclass
 
+from policies.mcp_spec import McpCallLimit
 from policies.schema import BudgetSpec, GatewayConfig, RateLimitSpec, TenantSpec
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,9 @@ class Principal:
     key_budget: BudgetSpec | None = None
     key_rate_limit: RateLimitSpec | None = None
     allowed_models: frozenset[str] | None = None  # None: any model the policy allows
+    # The key's own MCP allowlist, within the tenant's (None: the tenant's), and limit.
+    mcp_tools: tuple[str, ...] | None = None
+    mcp_rate_limit: McpCallLimit | None = None
 
     def model_refusal(self, model: str, config: GatewayConfig) -> str | None:
         """Why this key may not name ``model`` explicitly (None: it may)."""

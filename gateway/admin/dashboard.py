@@ -27,6 +27,7 @@ MAX_DAYS = 366
 DEFAULT_DAYS = 7
 EVENT_SAMPLE = 500
 DENIALS_SHOWN = 50
+TOOL_CALLS_SHOWN = 100
 
 
 def today() -> date:
@@ -93,6 +94,7 @@ async def _overview(state: GatewayState, start: date, end: date) -> Response:
         body["tier_share"] = share  # target vs actual share per tier (routing.target_share)
         body["objective"] = objective  # λ, expected quality given up (routing.objective)
         body["latency"] = report.latency(aggregates, tiers)
+        body["tool_calls"] = report.tool_calls(aggregates)  # MCP (/mcp)
         limits = budget_limits(state.config)
         body["budgets"] = report.budget_rows(tenants, limits, today_aggs, month_aggs)
         body["range"] = {"start": start.isoformat(), "end": end.isoformat()}
@@ -114,5 +116,22 @@ async def _denials(state: GatewayState, start: date, end: date) -> Response:
             "range": {"start": start.isoformat(), "end": end.isoformat()},
             "sampled_events": len(events),
             "denials": rows,
+        }
+    )
+
+
+async def tool_calls(state: AdminDep, start: str | None = None, end: str | None = None) -> Response:
+    """The newest MCP tool calls among the newest events of the range."""
+    return await _tool_calls(state, *date_range(start, end))
+
+
+async def _tool_calls(state: GatewayState, start: date, end: date) -> Response:
+    events = await _events(state, start, end)
+    rows = await asyncio.to_thread(report.recent_tool_calls, events, TOOL_CALLS_SHOWN)
+    return _json(
+        {
+            "range": {"start": start.isoformat(), "end": end.isoformat()},
+            "sampled_events": len(events),
+            "tool_calls": rows,
         }
     )

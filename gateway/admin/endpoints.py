@@ -26,6 +26,9 @@ def dashboard() -> APIRouter:
         "/admin/api/overview", api.overview, methods=["GET"], responses=ADMIN_ERRORS
     )
     router.add_api_route("/admin/api/denials", api.denials, methods=["GET"], responses=ADMIN_ERRORS)
+    router.add_api_route(
+        "/admin/api/tool_calls", api.tool_calls, methods=["GET"], responses=ADMIN_ERRORS
+    )
     return router
 
 

@@ -55,11 +55,11 @@ def _scope(fields: KeyScopeFields, base: KeyScope) -> KeyScope:
     changes: dict[str, Any] = {}
     if "expires_at" in sent:
         changes["expires_at"] = _ts(fields.expires_at)
-    for name in ("allowed_tiers", "allowed_models"):
+    for name in ("allowed_tiers", "allowed_models", "mcp_tools"):
         if name in sent:
             value = getattr(fields, name)
             changes[name] = None if value is None else tuple(value)
-    for name in ("budget", "rate_limit", "metadata"):
+    for name in ("budget", "rate_limit", "metadata", "mcp_rate_limit"):
         if name in sent:
             changes[name] = getattr(fields, name)
     return base.model_copy(update=changes)
@@ -95,6 +95,10 @@ def key_body(key: ManagedKey, now: float, last_used: float | None = None) -> dic
         "budget": None if scope.budget is None else scope.budget.model_dump(),
         "rate_limit": None if scope.rate_limit is None else scope.rate_limit.model_dump(),
         "metadata": scope.metadata,
+        "mcp_tools": scope.mcp_tools,
+        "mcp_rate_limit": None
+        if scope.mcp_rate_limit is None
+        else scope.mcp_rate_limit.model_dump(),
     }
 
 

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from policies.mcp_spec import McpCallLimit, ToolPattern
 from policies.schema import MAX_LIMIT_USD, BudgetSpec, CachePolicy, RateLimitSpec
 
 
@@ -41,6 +42,9 @@ class KeyScopeFields(BaseModel):
     budget: BudgetSpec | None = None
     rate_limit: RateLimitSpec | None = None
     metadata: dict[str, str] = Field(default_factory=dict, max_length=32)
+    # MCP tools: within the tenant's ``mcp_tools`` (null: the tenant's), and their limit.
+    mcp_tools: list[ToolPattern] | None = Field(None, max_length=256)
+    mcp_rate_limit: McpCallLimit | None = None
 
 
 class KeyCreate(KeyScopeFields):
@@ -72,6 +76,9 @@ class TenantFields(BaseModel):
     max_tier: str | None = None
     allow_tier_header: bool = False
     compat: Literal["lenient", "strict"] = "lenient"
+    mcp_tools: tuple[ToolPattern, ...] = Field((), max_length=256)
+    mcp_rate_limit: McpCallLimit | None = None
+    mcp_log_arguments: bool = False
 
 
 class TenantCreate(TenantFields):

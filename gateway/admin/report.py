@@ -183,3 +183,62 @@ def denials(events: Iterable[SpendEvent], limit: int) -> list[dict[str, Any]]:
         }
         for e in refused[:limit]
     ]
+
+
+def tool_calls(aggregates: Iterable[DayAggregate]) -> dict[str, Any]:
+    """MCP tool calls over the range: totals, and per ``SERVER.TOOL`` (most called first)
+    their calls, errors, mean duration and cost. Their cost is also in ``cost_usd``."""
+    tools: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    totals: dict[str, float] = defaultdict(float)
+    fields = {
+        "tool_calls:": "calls",
+        "tool_errors:": "errors",
+        "tool_ms:": "ms",
+        "tool_cost:": "cost_usd",
+    }
+    for agg in aggregates:
+        for name in ("tool_calls", "tool_errors", "tool_cost_usd"):
+            totals[name] += agg.get(name)
+        for prefix, field in fields.items():
+            for tool, value in _named(agg.values, prefix).items():
+                tools[tool][field] += value
+    ranked = sorted(tools.items(), key=lambda item: (-item[1]["calls"], item[0]))
+    rows = [
+        {
+            "tool": tool,
+            "calls": row["calls"],
+            "errors": row["errors"],
+            "mean_ms": row["ms"] / row["calls"] if row["calls"] else None,
+            "cost_usd": row["cost_usd"],
+        }
+        for tool, row in ranked
+    ]
+    return {
+        "calls": totals["tool_calls"],
+        "errors": totals["tool_errors"],
+        "cost_usd": totals["tool_cost_usd"],
+        "tools": rows[: TOP_N * 5],
+    }
+
+
+def recent_tool_calls(events: Iterable[SpendEvent], limit: int) -> list[dict[str, Any]]:
+    """The newest MCP tool calls first, as the ledger keeps them."""
+    calls = [e for e in events if e.kind == "tool_call"]
+    calls.sort(key=lambda e: e.ts, reverse=True)
+    return [
+        {
+            "ts": e.ts,
+            "tenant": e.tenant,
+            "key_id": e.key_id,
+            "server": e.server,
+            "tool": e.tool,
+            "status": e.status,
+            "duration_ms": e.latency_ms,
+            "result_bytes": e.result_bytes,
+            "cost_usd": e.cost_usd,
+            "arguments": e.arguments,
+            "request_id": e.request_id,
+            "model_request_id": (e.metadata or {}).get("model_request_id"),
+        }
+        for e in calls[:limit]
+    ]

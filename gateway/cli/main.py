@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -12,6 +13,7 @@ from pathlib import Path
 from gateway.money.part_pricing import unpriced_notes
 from gateway.settings import get_settings, load_effective_config
 from policies.loader import ConfigError, load_config
+from policies.mcp_spec import mcp_notes
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -65,7 +67,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
             f"{path}: ok ({len(config.engines)} engines, tiers {tiers}, "
             f"{len(config.tenants)} tenants)"
         )
-        for note in unpriced_notes(config):
+        for note in [*unpriced_notes(config), *mcp_notes(config.mcp, os.environ)]:
             print(f"{path}: note: {note}")
     return 1 if failed else 0
 

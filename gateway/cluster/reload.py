@@ -60,6 +60,7 @@ def _needs_restart(old: GatewayConfig, new: GatewayConfig) -> list[str]:
         "redis_url": (old.redis_url, new.redis_url),
         "redis_cluster": (old.redis_cluster, new.redis_cluster),
         "redis_prefix": (old.redis_prefix, new.redis_prefix),
+        "mcp.sessions": (old.mcp.sessions, new.mcp.sessions),  # the SDK's session manager
     }
     return [f"{name}: changing it needs a restart" for name, (a, b) in fixed.items() if a != b]
 
@@ -84,6 +85,8 @@ async def reload_policies(state: GatewayState) -> Reloaded:
     # holds the core it took with its key; the new core serves the ones that follow.
     state.core, state.keyring = state.core.reconfigured(config), keyring
     state.keys.reconfigure(config, keyring)
+    for listener in state.on_reload:
+        listener(config)
     log.info("policies reloaded: %d tenants", len(config.tenants))
     return Reloaded(len(config.tenants), config.routing.thresholds)
 

@@ -28,13 +28,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from backends.base import Usage
 from gateway.errors import ApiError, InsufficientQuota, RateLimited, ServiceUnavailable
 from gateway.money.spend import WorstCase, admission_worst, run_cap
 from gateway.telemetry.timing import timed
-from gateway.types import Outcome
 from policies.schema import GatewayConfig
 from policies.stores.budget import GLOBAL_SCOPE, BudgetStore, Denied, Reservation
-from policies.stores.ledger import Ledger, bounded_metadata
+from policies.stores.ledger import Ledger, SpendEvent, bounded_metadata
 from policies.stores.ratelimit import RateLimiter
 from policies.stores.settle_journal import SettleJournal
 from policies.stores.spending import budget_scopes, rate_scopes
@@ -102,6 +102,28 @@ class Admitted(Protocol):
     def metadata(self) -> Mapping[str, str] | None: ...  # the client's, for the ledger
 
 
+class Concluded(Protocol):
+    """What a request came to, as settlement reads it: a generation's or an embeddings
+    call's ``Outcome`` (``gateway.types``), or an MCP tool call's (``gateway.mcp``)."""
+
+    @property
+    def denied(self) -> str | None: ...
+    @property
+    def cost_usd(self) -> float: ...
+    @property
+    def usage(self) -> Usage: ...
+    def ledger_event(
+        self,
+        request_id: str,
+        principal: Principal,
+        downgraded: bool,
+        metadata: Mapping[str, str] | None = None,
+    ) -> SpendEvent: ...
+    def denial_event(
+        self, request_id: str, principal: Principal, metadata: Mapping[str, str] | None = None
+    ) -> SpendEvent: ...
+
+
 class Hold:
     """Reservation, heartbeat, run cap and settlement of one request."""
 
@@ -149,7 +171,7 @@ class Hold:
         assert self.ticket is not None, "open() first"
         return run_cap(self.config, tier, self.ticket.completion_cap, pinned)
 
-    async def close(self, outcome: Outcome) -> None:
+    async def close(self, outcome: Concluded) -> None:
         """Stop the heartbeat and settle ``outcome`` (or record its refusal); the first
         call settles, later ones wait for that settlement. Never raises. Settlement is a
         task of its own: a request cancelled while closing still settles."""
@@ -258,7 +280,7 @@ async def admit_worst(
     return Ticket(held, worst[0].tier, prompt_upper, rate_tokens, tuple(headers.items()))
 
 
-async def settle(money: Money, routed: Admitted, ticket: Ticket, outcome: Outcome) -> None:
+async def settle(money: Money, routed: Admitted, ticket: Ticket, outcome: Concluded) -> None:
     """Charge the outcome's cost against the reservation and append its ledger event."""
     metadata = bounded_metadata(routed.metadata, routed.config.ledger.metadata_bytes)
     event = outcome.ledger_event(routed.request_id, routed.principal, ticket.downgraded, metadata)
@@ -286,7 +308,7 @@ async def correct_tokens(
         log.warning("could not correct the token count of %s: %s", routed.request_id, exc)
 
 
-async def record_denied(ledger: Ledger, routed: Admitted, outcome: Outcome) -> None:
+async def record_denied(ledger: Ledger, routed: Admitted, outcome: Concluded) -> None:
     """A refused request's ledger event (``kind="denied"``, the reason as its status)."""
     try:
         await ledger.record(
@@ -301,7 +323,7 @@ async def record_denied(ledger: Ledger, routed: Admitted, outcome: Outcome) -> N
 
 
 def settle_later(
-    money: Money, routed: Admitted, ticket: Ticket | None, outcome: Outcome
+    money: Money, routed: Admitted, ticket: Ticket | None, outcome: Concluded
 ) -> asyncio.Task[None] | None:
     """Settle ``ticket`` (or record the refusal in ``outcome.denied``) in a task of its own,
     held in ``money.background`` so that a request cancelled meanwhile still settles; None
@@ -315,7 +337,7 @@ def settle_later(
 
 
 async def _settle_logged(
-    money: Money, routed: Admitted, ticket: Ticket | None, outcome: Outcome
+    money: Money, routed: Admitted, ticket: Ticket | None, outcome: Concluded
 ) -> None:
     try:
         with timed("budget.settle"):

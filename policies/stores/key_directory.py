@@ -145,6 +145,8 @@ class KeyDirectory:
             key_budget=scope.budget,
             key_rate_limit=scope.rate_limit,
             allowed_models=models,
+            mcp_tools=scope.mcp_tools,
+            mcp_rate_limit=scope.mcp_rate_limit,
         )
 
     async def load_tenants(self) -> None:

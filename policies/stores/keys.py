@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from policies.mcp_spec import McpCallLimit, ToolPattern
 from policies.schema import ApiKey, BudgetSpec, GatewayConfig, RateLimitSpec, TenantSpec
 from policies.tenants import hash_key
 
@@ -47,6 +48,9 @@ class KeyScope(BaseModel):
     budget: BudgetSpec | None = None
     rate_limit: RateLimitSpec | None = None
     metadata: dict[str, str] = Field(default_factory=dict)
+    # MCP tools: narrows the tenant's ``mcp_tools`` (None: the tenant's), and its own limit.
+    mcp_tools: tuple[ToolPattern, ...] | None = None
+    mcp_rate_limit: McpCallLimit | None = None
 
 
 class ManagedKey(BaseModel):

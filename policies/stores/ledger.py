@@ -17,6 +17,8 @@ import orjson
 
 from policies.stores.latency_buckets import bucket_of
 
+_OPTIONAL = frozenset({"metadata", "server", "tool", "result_bytes", "arguments"})
+
 
 def day_of(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).date().isoformat()
@@ -28,7 +30,10 @@ def days_between(start: date, end: date) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class SpendEvent:
-    """One settled request (``kind="request"``) or one refused one (``kind="denied"``)."""
+    """One settled request (``kind="request"``), one refused one (``kind="denied"``), or
+    one MCP tool call (``kind="tool_call"``: ``tier`` is ``mcp``, ``model`` the
+    ``SERVER.TOOL`` called, with its server, tool, result size and, where the tenant logs
+    them, its arguments as JSON)."""
 
     ts: float
     request_id: str
@@ -36,8 +41,8 @@ class SpendEvent:
     key_id: str
     tier: str
     model: str
-    kind: str = "request"  # request | denied
-    status: str = "ok"  # ok | error | cancelled | budget | rate_limit
+    kind: str = "request"  # request | denied | tool_call
+    status: str = "ok"  # ok | error | cancelled | timeout | too_large | budget | rate_limit
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
@@ -50,15 +55,24 @@ class SpendEvent:
     downgraded: bool = False
     # The client's ``metadata`` (≤ 16 string pairs): an annotation, in no aggregate.
     metadata: Mapping[str, str] | None = None
+    # A tool call's (left out of a model call's stored fields).
+    server: str = ""
+    tool: str = ""
+    result_bytes: int = 0
+    arguments: str | None = None  # JSON, only where the tenant logs arguments
 
     def to_fields(self) -> dict[str, str]:
         out = {
             k: str(int(v) if isinstance(v, bool) else v)
             for k, v in asdict(self).items()
-            if k != "metadata"
+            if k not in _OPTIONAL
         }
         if self.metadata:  # JSON; left out when there is none (most requests)
             out["metadata"] = orjson.dumps(self.metadata).decode()
+        if self.server:
+            out.update(server=self.server, tool=self.tool, result_bytes=str(self.result_bytes))
+        if self.arguments is not None:
+            out["arguments"] = self.arguments
         return out
 
     @classmethod
@@ -85,6 +99,8 @@ class SpendEvent:
         """What this event adds to its tenant's aggregate for its day."""
         if self.kind == "denied":
             return {f"denied_{self.status}": 1.0}
+        if self.kind == "tool_call":
+            return self._tool_increments()
         out = {
             "requests": 1.0,
             "cost_usd": self.cost_usd,
@@ -106,6 +122,23 @@ class SpendEvent:
             out[f"ttft_ms_le:{self.tier}:{bucket_of(self.ttft_ms)}"] = 1.0
         if self.downgraded:
             out["downgraded"] = 1.0
+        return out
+
+    def _tool_increments(self) -> dict[str, float]:
+        """A tool call's cost counts in the tenant's spend (its budgets paid it); its
+        count, cost and failures also per ``SERVER.TOOL`` for the dashboard."""
+        name = f"{self.server}.{self.tool}"
+        out = {
+            "cost_usd": self.cost_usd,
+            "tool_calls": 1.0,
+            "tool_cost_usd": self.cost_usd,
+            f"tool_calls:{name}": 1.0,
+            f"tool_cost:{name}": self.cost_usd,
+            f"tool_ms:{name}": self.latency_ms,
+        }
+        if self.status != "ok":
+            out["tool_errors"] = 1.0
+            out[f"tool_errors:{name}"] = 1.0
         return out
 
 

@@ -8,9 +8,11 @@ Three disjoint parts (data/README.md, "Verifier pairs"):
   hand-written, whose id) hashes into the training share;
 - ``calib``: the rest of both (split ``calib`` and the other tune templates): the
   tenant's ``max_wrong_rate`` becomes a threshold here, nowhere else;
-- ``heldout``: the project's held-out pairs, and ``external``: the evaluation-only sets
+- ``heldout``: the project's held-out pairs, ``wordorder``: the held-out word-order
+  pairs (``routers/training/corpora/verifier_wordorder.py``: their ``tune`` pairs join ``train`` and
+  ``calib`` like the other tune pairs), and ``external``: the evaluation-only sets
   (PAWS-QQP dev/test, curai medical pairs, SemEval-2016 STS question-question),
-  ``data/verifier/eval_external.jsonl``. Neither is ever trained or tuned on.
+  ``data/verifier/eval_external.jsonl``. None is ever trained or tuned on.
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ VERIFIER_DATA = DATA / "verifier"
 TRAIN_PAIRS = VERIFIER_DATA / "train_pairs.jsonl"
 EXTERNAL = VERIFIER_DATA / "eval_external.jsonl"
 TUNE_EXTRA = VERIFIER_DATA / "tune_extra.jsonl"  # routers/training/corpora/verifier_augment.py
+WORD_ORDER = (
+    VERIFIER_DATA / "wordorder_pairs.jsonl"
+)  # routers/training/corpora/verifier_wordorder.py
 TUNE_CALIB_SHARE = 0.3
-Part = Literal["train", "calib", "heldout", "external"]
+Part = Literal["train", "calib", "heldout", "wordorder", "external"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +75,10 @@ def verifier_pairs(part: Part) -> list[LabelledPair]:
         return [_pair(p) for p in _jsonl(EXTERNAL)]
     if part == "heldout":
         return [_pair(p, "project") for p in load_pairs("heldout")]
+    word_order = _jsonl(WORD_ORDER) if WORD_ORDER.exists() else []
+    if part == "wordorder":
+        return [_pair(p, "project") for p in word_order if p["split"] == "heldout"]
     public = [_pair(p) for p in _jsonl(TRAIN_PAIRS) if p["split"] == part]
     tune = load_pairs("tune") + (_jsonl(TUNE_EXTRA) if TUNE_EXTRA.exists() else [])
+    tune += [p for p in word_order if p["split"] == "tune"]
     return public + [_pair(p, "project") for p in tune if _tune_part(p) == part]

@@ -92,7 +92,7 @@ _NOT_PLURAL = frozenset(
     "series species means physics mathematics politics economics glasses goods arms "
     "customs clothes sometimes whereas".split()
 )
-_AUXILIARIES = frozenset("is was do did can could will would should shall may might must".split())
+AUXILIARIES = frozenset("is was do did can could will would should shall may might must".split())
 _FRONTING = frozenset(
     "at in on for if when while during before after by with without given assuming from "
     "since using under as".split()
@@ -161,15 +161,19 @@ def _canonical(token: str) -> str:
     return token
 
 
+_ARTICLES = frozenset("a an the".split())
+
+
 @lru_cache(maxsize=1024)  # the stored texts asked about most often
-def _chunks(text: str) -> tuple[tuple[str, ...], ...]:
-    """The text's comma/semicolon-separated phrases, each as canonical tokens."""
+def _chunks(text: str, dropped: frozenset[str] = _FILLER) -> tuple[tuple[str, ...], ...]:
+    """The text's comma/semicolon-separated phrases, each as canonical tokens, without
+    the ``dropped`` words (the fillers; for word order, the articles only)."""
     # Acronyms keep their final s ("HTTPS"), unless the whole text is upper case.
     acronyms = set() if text.isupper() else {w.lower() for w in _ACRONYM.findall(text)}
     out = []
     for phrase in re.split(r"[,;:]", _contract(text)):
         tokens = _numbers(_TOKEN.findall(phrase))
-        out.append([t for t in tokens if t not in _FILLER])
+        out.append([t for t in tokens if t not in dropped])
     out = [chunk for chunk in out if chunk and tuple(chunk) not in _WRAPPERS]
     if out:
         out[0] = _strip_wrappers(out[0])
@@ -223,7 +227,7 @@ def _aligned(a: Sequence[str], b: Sequence[str]) -> bool:
             return True
     if len(a) != len(b) or sorted(a) != sorted(b):
         return False
-    for aux in _AUXILIARIES & set(a):
+    for aux in AUXILIARIES & set(a):
         if [t for t in a if t != aux] == [t for t in b if t != aux]:
             return True
     return False
@@ -248,6 +252,12 @@ def canonical_tokens(text: str) -> list[str]:
     """The text's tokens as the alignment compares them (fillers and wrappers dropped,
     contractions expanded, number words as digits, plurals singular)."""
     return [t for chunk in _chunks(text) for t in chunk]
+
+
+def order_tokens(text: str) -> list[str]:
+    """``canonical_tokens`` with the filler words kept: where "just" or "really" sits
+    can change the question ("just slow or really broken")."""
+    return [t for chunk in _chunks(text, _ARTICLES) for t in chunk]
 
 
 def same_question(a: str, b: str) -> bool:

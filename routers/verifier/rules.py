@@ -7,8 +7,10 @@
 - ``different``: a hard veto the learned verifier is never asked to overrule: other
   numbers (digits or number words), another negation count, other proper names or
   acronyms, other code identifiers (``list.append`` vs ``list.extend``), the same
-  words in another order (a role reversal: "Can a landlord sue a tenant?"), or one
-  slot of the same question filled differently (``substituted``);
+  words in another order (a role reversal: "Can a landlord sue a tenant?"), nearly
+  the same words moved other than as one whole phrase (``routers.verifier.order``,
+  fillers included), or one slot of the same question filled differently
+  (``substituted``);
 - ``undecided``: the learned verifier decides (``routers.verifier.model``).
 
 Pure functions of text, microseconds per pair.
@@ -22,6 +24,7 @@ from typing import Literal
 
 from routers.verifier.alignment import canonical_tokens, same_question
 from routers.verifier.guard import guard, proper_names, reordered, words
+from routers.verifier.order import moved_words
 
 Verdict = Literal["same", "different", "undecided"]
 _CODE = re.compile(
@@ -109,8 +112,10 @@ def vetoed(cached: str, asked: str) -> str | None:
         return "entities"
     if code_identifiers(cached) != code_identifiers(asked):
         return "code"
-    if reordered(cached, asked) or sorted(canonical_tokens(cached)) == sorted(
-        canonical_tokens(asked)
+    if (
+        reordered(cached, asked)
+        or sorted(canonical_tokens(cached)) == sorted(canonical_tokens(asked))
+        or moved_words(cached, asked)
     ):
         return "reordered"
     if substituted(cached, asked):
@@ -123,7 +128,9 @@ def rule_verdict(cached: str, asked: str) -> tuple[Verdict, str | None]:
     # Surrounding whitespace is no difference (and would hide a sentence start from the
     # proper-name check: " Which city..." would read "Which" as a name).
     cached, asked = cached.strip(), asked.strip()
-    if same_question(cached, asked):
+    # The alignment drops fillers: "just slow or really broken" would be "really slow
+    # or just broken" (issue 28), so words moved are checked beside it.
+    if same_question(cached, asked) and not moved_words(cached, asked):
         return "same", None
     reason = vetoed(cached, asked)
     if reason is not None:

@@ -41,6 +41,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "models",
         "ops",
         "admin",
+        "mcp",
     ),
     ("app",),
     ("cli", "__main__"),

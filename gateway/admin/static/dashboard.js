@@ -150,6 +150,32 @@ function drawDenials(denials) {
 
 const ms = (v) => (v === null || v === undefined ? "–" : `≤ ${v}`);
 
+// Rows of cells into a table's body, or one cell saying there is nothing.
+function fillTable(id, rows, empty) {
+  const body = $(id).tBodies[0];
+  body.replaceChildren();
+  for (const cells of rows) {
+    const tr = body.insertRow();
+    for (const text of cells) tr.insertCell().textContent = typeof text === "number" ? text.toLocaleString() : text;
+  }
+  if (!rows.length) {
+    const cell = body.insertRow().insertCell();
+    cell.colSpan = $(id).tHead.rows[0].cells.length;
+    cell.className = "empty";
+    cell.textContent = empty;
+  }
+}
+
+function drawTools(t, recent) {
+  $("kpi-tools").textContent = `${t.calls.toLocaleString()} (${usd(t.cost_usd)})`;
+  fillTable("tools", t.tools.map((r) => [r.tool, r.calls, r.errors,
+    r.mean_ms === null ? "–" : r.mean_ms.toFixed(1), usd(r.cost_usd)]), "No MCP tool calls in this range.");
+  fillTable("tool-calls", recent.map((r) => [
+    new Date(r.ts * 1000).toISOString().replace("T", " ").slice(0, 19), r.tenant, r.key_id,
+    `${r.server}.${r.tool}`, r.status.replace("_", " "), r.duration_ms.toFixed(1), r.result_bytes, usd(r.cost_usd),
+  ]), "No MCP tool calls in this range.");
+}
+
 function drawCache(cache) {
   const body = $("cache-tenants").tBodies[0];
   body.replaceChildren();
@@ -221,12 +247,13 @@ function drawFeedback(f) {
 async function refresh() {
   $("status").textContent = "Loading…";
   try {
-    const [overview, denials, cache, feedback] = await Promise.all(
-      [getJSON("overview"), getJSON("denials"), cacheFigures(), getJSON("feedback")]);
+    const [overview, denials, cache, feedback, tools] = await Promise.all(
+      [getJSON("overview"), getJSON("denials"), cacheFigures(), getJSON("feedback"), getJSON("tool_calls")]);
     drawOverview(overview);
     drawLatency(overview.latency);
     drawShare(overview.tier_share);
     drawDenials(denials.denials);
+    drawTools(overview.tool_calls, tools.tool_calls);
     drawCache(cache);
     drawFeedback(feedback);
     $("status").textContent = `${overview.range.start} to ${overview.range.end} (UTC), updated ${new Date().toLocaleTimeString()}`;
