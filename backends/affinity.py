@@ -7,8 +7,11 @@ prefix was sent to. Turns of one conversation and prompts sharing a system promp
 then match on their common blocks and land where their cache is.
 
 Replicas of one tier may run different backends with different chat templates, so
-the pool hashes a canonical rendering (role markers and content in order): two
-requests share a canonical prefix exactly when they share a templated one.
+the pool hashes a canonical rendering (the tools, then role markers, content and the
+calls an assistant made, in order): two requests share a canonical prefix exactly when
+they share a templated one. Chat templates render the tool definitions ahead of the
+conversation and an assistant's calls inside its turn, so two conversations that differ
+only there share no cached prefix beyond that point, and neither do their keys.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
 
 from backends.base import GenerationRequest
 
@@ -24,12 +30,23 @@ def canonical_prompt(request: GenerationRequest) -> str:
     if request.prompt is not None:
         return request.prompt
     parts = []
+    if request.tools:
+        tools = orjson.dumps(list(request.tools), option=orjson.OPT_SORT_KEYS).decode()
+        parts.append(f"<|tools|>\n{tools}\n")
     for message in request.messages or ():
         content = message.get("content")
         if isinstance(content, list):  # OpenAI content parts: keep the text ones
             content = "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
-        parts.append(f"<|{message.get('role', '')}|>\n{content or ''}\n")
+        calls = "".join(_call(c) for c in message.get("tool_calls") or ())
+        parts.append(f"<|{message.get('role', '')}|>\n{content or ''}{calls}\n")
     return "".join(parts)
+
+
+def _call(call: Any) -> str:
+    function = call.get("function") if isinstance(call, Mapping) else None
+    if not isinstance(function, Mapping):
+        return ""
+    return f"<|call|>{function.get('name', '')} {function.get('arguments', '')}"
 
 
 def block_keys(text: str, block_chars: int) -> list[bytes]:

@@ -38,6 +38,7 @@ class ToolRule:
     when: str  # a substring of the last user message (case-insensitive)
     call: str  # the tool to call
     arguments: Mapping[str, Any]
+    broken: bool = False  # arguments that are not JSON: a call the model could not form
 
 
 def _text(content: Any) -> str:
@@ -104,7 +105,12 @@ class FakeEngine:
         self.fail_after_tokens = fail_after_tokens
         self.dead = dead
         self.tool_script = tuple(
-            ToolRule(str(r["when"]).lower(), str(r["call"]), dict(r.get("arguments") or {}))
+            ToolRule(
+                str(r["when"]).lower(),
+                str(r["call"]),
+                dict(r.get("arguments") or {}),
+                bool(r.get("broken", False)),
+            )
             for r in tool_script
         )
 
@@ -182,11 +188,19 @@ class FakeEngine:
         yield Chunk(finish_reason=finish, usage=Usage(prompt_tokens, sent), stop_sequence=stopped)
 
     async def _call(self, request: GenerationRequest, rule: ToolRule) -> AsyncIterator[Chunk]:
-        """One tool call, streamed as a model's: its head, then its arguments in pieces."""
+        """One tool call, streamed as a model's: its head, then its arguments in pieces
+        (one a token; ``max_tokens`` cuts them, finish ``length``, as an engine would)."""
         digest = hashlib.sha256(_prompt_text(request).encode()).hexdigest()
         call_id, arguments = f"call_{digest[:24]}", json.dumps(dict(rule.arguments))
+        if rule.broken:
+            arguments = arguments[: max(len(arguments) // 2, 1)]
         head = {"index": 0, "id": call_id, "type": "function"}
         pieces = [arguments[i : i + 8] for i in range(0, len(arguments), 8)] or [""]
+        limit = request.sampling.max_tokens
+        finish = "tool_calls"
+        if limit is not None and len(pieces) > limit:
+            pieces, finish = pieces[:limit], "length"
+            arguments = "".join(pieces)
         try:
             if self.first_token_delay_s:
                 await asyncio.sleep(self.first_token_delay_s)
@@ -203,4 +217,4 @@ class FakeEngine:
         whole = {**head, "function": {"name": rule.call, "arguments": arguments}}
         del whole["index"]
         usage = Usage(len(_prompt_text(request).split()), len(pieces))
-        yield Chunk(finish_reason="tool_calls", usage=usage, tool_calls=(whole,))
+        yield Chunk(finish_reason=finish, usage=usage, tool_calls=(whole,))

@@ -32,6 +32,7 @@ class FakeToolRule(BaseModel):
     when: str = Field(min_length=1)
     call: str = Field(min_length=1)
     arguments: dict[str, Any] = Field(default_factory=dict)
+    broken: bool = False  # arguments cut in half: a call the model could not form
 
 
 class FakeOptions(EngineOptions):

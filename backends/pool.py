@@ -28,6 +28,8 @@ from backends.replica import Replica
 
 __all__ = ["EnginePool", "PoolCounters", "PoolSettings", "Replica", "StreamInfo"]
 
+Held = tuple[str, int]  # a replica's name and the prefix blocks it holds
+
 
 @dataclass(frozen=True, slots=True)
 class PoolSettings:
@@ -115,8 +117,12 @@ class EnginePool:
                 replica.schedule_rebuild()
         return chosen
 
-    def _pick(self, free: list[Replica], keys: Sequence[bytes]) -> tuple[Replica, int]:
-        """The best-scoring replica and how many prefix blocks it holds."""
+    def _pick(
+        self, free: list[Replica], keys: Sequence[bytes], held: Held | None = None
+    ) -> tuple[Replica, int]:
+        """The best-scoring replica and how many prefix blocks it holds; ``held``: a
+        replica another gateway replica saw serve this conversation, and how many of its
+        blocks that put there (this process's index may not know it)."""
         s = self.settings
         loads = {r: r.engine.load() for r in free}
         queues = {r: r.inflight + loads[r].waiting for r in free}
@@ -127,6 +133,8 @@ class EnginePool:
         for position, replica in enumerate(free):
             queue = 1.0 if high == low else (high - queues[replica]) / (high - low)
             matched = self.index.matched_blocks(keys, replica.key) if keys else 0
+            if held is not None and held[0] == replica.name:
+                matched = max(matched, min(held[1], len(keys)))
             prefix = matched / len(keys) if keys else 0.0
             score = (
                 s.queue_weight * queue
@@ -139,7 +147,12 @@ class EnginePool:
         return chosen, chosen_match
 
     async def _acquire(
-        self, model: str | None, exclude: set[Replica], keys: Sequence[bytes], info: StreamInfo
+        self,
+        model: str | None,
+        exclude: set[Replica],
+        keys: Sequence[bytes],
+        info: StreamInfo,
+        held: Held | None = None,
     ) -> Replica:
         """Pick a healthy replica with room; wait (bounded, first come first served) while
         all are full. A request that arrives while others wait queues behind them, even if
@@ -155,7 +168,7 @@ class EnginePool:
                     raise EngineUnavailable(f"tier {self.tier!r} has no healthy replica")
                 free = [r for r in candidates if r.has_room()]
                 if free and (waiter is not None or not self._queue):
-                    chosen, matched = self._pick(free, keys)
+                    chosen, matched = self._pick(free, keys, held)
                     chosen.inflight += 1
                     self.counters.picks += 1
                     if keys:
@@ -208,15 +221,20 @@ class EnginePool:
         request: GenerationRequest,
         info: StreamInfo | None = None,
         priority: Priority = "interactive",
+        held: tuple[str, int] | None = None,
     ) -> AsyncIterator[Chunk]:
-        """Stream from one replica; before the first chunk, overload or death moves to another."""
+        """Stream from one replica; before the first chunk, overload or death moves to
+        another. ``held``: (replica name, characters of this conversation's prefix) that
+        replica is known to hold from a session's last turn (``gateway/routing/sessions.py``)."""
         info = info or StreamInfo()
         tried: set[Replica] = set()
         model = request.model if request.model in self.models() else None
-        keys = block_keys(canonical_prompt(request), self.settings.prefix_block_chars)
+        block = self.settings.prefix_block_chars
+        keys = block_keys(canonical_prompt(request), block)
         info.prefix_blocks = len(keys)
+        blocks = None if held is None else (held[0], held[1] // block)
         while True:
-            replica = await self._acquire(model, tried, keys, info)
+            replica = await self._acquire(model, tried, keys, info, blocks)
             info.replica, info.model = replica.name, replica.engine.model
             info.attempts += 1
             started = False

@@ -49,6 +49,7 @@ from gateway.ops import endpoints as ops
 from gateway.responses import endpoints as responses
 from gateway.routing.objective import ObjectiveLambda
 from gateway.routing.route import Router
+from gateway.routing.sessions import Sessions
 from gateway.routing.target_share import TargetShares
 from gateway.state import GatewayState
 from gateway.telemetry.metrics import GatewayMetrics
@@ -65,6 +66,7 @@ from policies.stores.factories import (
     open_key_store,
     open_ledger,
     open_rate_limiter,
+    open_session_store,
     open_share_store,
     open_store,
 )
@@ -151,6 +153,7 @@ async def build_state(
         background,
         ObjectiveLambda(open_share_store(store), reference),
         feedback,  # the serving refit, read once per request
+        Sessions(open_session_store(store), pools, background),
     )
     parts = Collaborators(
         pools=pools,

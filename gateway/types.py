@@ -23,6 +23,8 @@ from policies.tenants import Principal
 from routers.classifier import ComplexityScore
 from routers.decision import TierDecision
 from routers.embedding import EmbeddingOnce
+from routers.session import SessionHint
+from routers.session_policy import SessionTurn
 from routers.tier_quality import ServedQuality
 
 
@@ -45,6 +47,7 @@ class Ask:
     forced_tier: str | None = None  # the request's ``x-tiergate-tier`` header
     metadata: Mapping[str, str] | None = None  # the client's annotation: ledger and trace
     priority: Priority = "interactive"  # "batch": a batch line (batch prices, spare slots)
+    session: SessionHint | None = None  # what the client says of its conversation
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +73,8 @@ class RoutedRequest:
     @property
     def batch(self) -> bool:
         return self.priority == "batch"
+
+    session: SessionTurn | None = None  # ``auto`` under ``routing.sessions``: its session
 
     @property
     def tier(self) -> str:
@@ -106,6 +111,7 @@ class Progress:
     hit_cost_usd: float | None = None  # what a cached answer cost when it was generated
     cache_entry: str | None = None  # the entry a hit came from (``Lookup.entry_id``)
     run_cap: int = 0  # the max_tokens the engine request ran with
+    replica: str | None = None  # the engine replica that answered
 
 
 @dataclass(frozen=True, slots=True)

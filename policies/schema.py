@@ -26,6 +26,7 @@ from policies.service_spec import (
     MetricsConfig,
     ServerConfig,
 )
+from policies.session_spec import SessionsConfig
 
 DEFAULT_TIERS = ("small", "medium", "large")
 
@@ -231,6 +232,11 @@ class ObjectiveConfig(Frozen):
     # Requests choose only between the tiers of the objective's segment of the traffic's
     # predicted fixed-tier hull (routers/objective_segment.py); false: among every tier.
     segment: bool = True
+    # A request whose segment choice is the segment's cheapest tier goes to a cheaper tier
+    # its own predictions say is no worse (routers/objective.py, ``below_segment``). Off:
+    # with the shipped model it gives back "never dominated" on a held-out set
+    # (docs/classifier.md, "Trivial prompts and the small tier").
+    dominance: bool = False
 
     @model_validator(mode="after")
     def _one(self) -> ObjectiveConfig:
@@ -266,6 +272,8 @@ class RoutingConfig(Frozen):
     objective: ObjectiveConfig | None = None
     target: TargetShareConfig = TargetShareConfig()
     feedback: FeedbackConfig | None = None  # learn from traffic (policies/feedback_spec.py)
+    # An agent's turns as one session (policies/session_spec.py); null: every turn alone.
+    sessions: SessionsConfig | None = SessionsConfig()
 
     @model_validator(mode="after")
     def _ordered(self) -> RoutingConfig:

@@ -39,6 +39,8 @@ class Objective:
     kind: str  # "cost" | "quality"
     share: float
     segment: bool = True  # choose within the objective's segment of the predicted hull
+    # Below the segment where the request's own predictions dominate (``below_segment``).
+    dominance: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,11 +72,16 @@ def relative(cost: F64) -> F64:
 
 
 def choose(
-    quality: F64, cost: F64, lam: float, allowed: Sequence[int] | None = None
+    quality: F64,
+    cost: F64,
+    lam: float,
+    allowed: Sequence[int] | None = None,
+    dominance: bool = False,
 ) -> npt.NDArray[np.intp]:
     """Per row the tier maximising ``quality - lam · cost share`` (ties: the cheaper tier),
-    among the tiers ``allowed`` (default: all)."""
-    value = quality - lam * relative(cost)
+    among the tiers ``allowed`` (default: all); ``dominance``: ``below_segment`` too."""
+    full = quality - lam * relative(cost)
+    value = full.copy()
     if allowed is not None:
         barred = np.ones(quality.shape[1], dtype=bool)
         barred[list(allowed)] = False
@@ -82,7 +89,27 @@ def choose(
     best = value.max(axis=1, keepdims=True)
     # the first tier (cheapest first) within float noise of the best
     picked: npt.NDArray[np.intp] = np.argmax(value >= best - 1e-12, axis=1)
+    if dominance and allowed:
+        low = min(allowed)
+        for row in np.flatnonzero(picked == low):
+            picked[row] = below_segment(quality[row], cost[row], full[row], low)
     return picked
+
+
+def below_segment(
+    quality: Sequence[float], cost: Sequence[float], value: Sequence[float], low: int
+) -> int:
+    """Where a request goes whose choice is the segment's cheapest tier ``low``: to a
+    cheaper tier its own predictions say is no worse (P(acceptable) at least ``low``'s,
+    at a lower cost) — the best valued of those — else ``low``. Its predicted quality
+    never falls below what the segment gave it, and it costs less; so the traffic still
+    meets the objective λ was learnt for. The segment guards against trading quality
+    across a hull vertex on weak predictions; a request predicted no worse on the
+    cheaper tier trades none."""
+    better = [t for t in range(low) if quality[t] >= quality[low] - 1e-12 and cost[t] < cost[low]]
+    if not better:
+        return low
+    return max(better, key=lambda t: (value[t], -t))
 
 
 def steps(quality: Sequence[float], cost: Sequence[float]) -> list[tuple[float, float, float]]:
@@ -194,11 +221,12 @@ def route_operating(
     by those of the reference traffic (``reference``), else each row alone (None)."""
     if len(quality) < min_samples:
         if reference is not None:
-            return choose(quality, cost, reference.lam, reference.allowed), reference
+            picked = choose(quality, cost, reference.lam, reference.allowed, objective.dominance)
+            return picked, reference
         tiers = [alone(list(q), list(c), objective) for q, c in zip(quality, cost, strict=True)]
         return np.asarray(tiers, dtype=np.intp), None
     where = traffic_operating(quality, cost, objective)
-    return choose(quality, cost, where.lam, where.allowed), where
+    return choose(quality, cost, where.lam, where.allowed, objective.dominance), where
 
 
 def alone(quality: Sequence[float], cost: Sequence[float], objective: Objective) -> int:
@@ -240,6 +268,16 @@ def decide_tier(
         t = next(i for i, v in value.items() if v >= best - 1e-12)  # as ``choose``
         segment = "" if allowed is None else f" among {', '.join(tiers[i] for i in among)}"
         reason = f"max quality - λ·cost at λ {lam:.4g}{segment} ({why})"
+        low = min(among)
+        if objective.dominance and allowed and t == low:
+            full = [q - lam * c for q, c in zip(quality, shares, strict=True)]
+            below = below_segment(quality, cost, full, low)
+            if below != low:
+                t = below
+                reason += (
+                    f"; below the segment: P({tiers[below]}) {quality[below]:.3f} >= "
+                    f"P({tiers[low]}) {quality[low]:.3f} at a lower cost"
+                )
     return TierChoice(
         tuple(tiers),
         tuple(round(float(q), 4) for q in quality),

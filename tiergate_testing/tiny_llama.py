@@ -40,8 +40,11 @@ def _corpus(lines: int = 3000) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 30))) for _ in range(lines)]
 
 
-def build_tiny_llama(folder: Path, *, vocab_size: int = 2048, layers: int = 2) -> Path:
-    """Write config, safetensors weights and tokenizer into ``folder``; return it."""
+def build_tiny_llama(
+    folder: Path, *, vocab_size: int = 2048, layers: int = 2, max_positions: int = 2048
+) -> Path:
+    """Write config, safetensors weights and tokenizer into ``folder``; return it
+    (``max_positions``: the longest context it takes, e.g. an agent's whole session)."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -76,7 +79,7 @@ def build_tiny_llama(folder: Path, *, vocab_size: int = 2048, layers: int = 2) -
         num_attention_heads=2,
         num_key_value_heads=2,
         head_dim=64,
-        max_position_embeddings=2048,
+        max_position_embeddings=max_positions,
         bos_token_id=fast.bos_token_id,
         eos_token_id=fast.convert_tokens_to_ids("<|end|>"),
         pad_token_id=fast.pad_token_id,

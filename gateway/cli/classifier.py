@@ -54,7 +54,10 @@ def _spec(config: GatewayConfig, model: Path | None) -> ClassifierConfig:
     return spec.model_copy(update={"model": str(model)}) if model is not None else spec
 
 
-def _records(stream: IO[bytes], errors: list[str]) -> Iterator[tuple[Any, list[Mapping[str, Any]]]]:
+Record = tuple[Any, list[Mapping[str, Any]], Mapping[str, Any]]  # id, messages, the row
+
+
+def _records(stream: IO[bytes], errors: list[str]) -> Iterator[Record]:
     from routers.features import prompt_messages
 
     for number, line in enumerate(stream, 1):
@@ -70,16 +73,15 @@ def _records(stream: IO[bytes], errors: list[str]) -> Iterator[tuple[Any, list[M
             continue
         messages = record.get("messages")
         if isinstance(messages, list) and messages and all(isinstance(m, dict) for m in messages):
-            yield record["id"], messages
+            yield record["id"], messages, record
         elif isinstance(record.get("prompt"), str):
-            yield record["id"], list(prompt_messages(record["prompt"]))
+            yield record["id"], list(prompt_messages(record["prompt"])), record
         else:
             errors.append(f"line {number}: needs 'prompt' (string) or 'messages' (list)")
 
 
 def cmd_classify(args: argparse.Namespace) -> int:
     from routers.setup import build_routing
-    from routers.training.batch import score_conversations
 
     try:
         config = _config(args.config)
@@ -96,18 +98,18 @@ def cmd_classify(args: argparse.Namespace) -> int:
     finally:
         if source is not sys.stdin.buffer:
             source.close()
+    conversations = [m for _, m, _ in records]
     progress = Progress(len(records))
-    scores = []
-    for start in range(0, len(records), BATCH):
-        batch = [m for _, m in records[start : start + BATCH]]
-        scores += score_conversations(built.classifier, built.embedder, batch)
-        progress.done(len(scores))
+    scores = _scores(built, conversations, progress)
     progress.finish()
     traffic = built.quality.reference_traffic() if built.quality is not None else None
-    routed = traffic_tiers(config, [m for _, m in records], scores, traffic)
+    if config.routing.sessions is not None and config.routing.objective is not None:
+        routed = _session_lines(config, built, records, scores, traffic)
+    else:
+        routed = traffic_tiers(config, conversations, scores, traffic)
     target = sys.stdout.buffer if args.output == "-" else open(args.output, "wb")
     try:
-        for (ident, _), score, line in zip(records, scores, routed, strict=True):
+        for (ident, _, _), score, line in zip(records, scores, routed, strict=True):
             quality = dict(zip(config.tiers, score.quality or (), strict=False))
             out = {"id": ident, "score": round(score.score, 6), **line}
             out["quality"] = {t: round(q, 4) for t, q in quality.items()}
@@ -119,6 +121,51 @@ def cmd_classify(args: argparse.Namespace) -> int:
     for error in errors:
         print(error, file=sys.stderr)
     return 1 if errors else 0
+
+
+def _scores(
+    built: Any, conversations: list[list[Mapping[str, Any]]], progress: Progress | None = None
+) -> list[Any]:
+    from routers.training.batch import score_conversations
+
+    scores = []
+    for start in range(0, len(conversations), BATCH):
+        batch = conversations[start : start + BATCH]
+        scores += score_conversations(built.classifier, built.embedder, batch)
+        if progress is not None:
+            progress.done(len(scores))
+    return scores
+
+
+def _session_lines(
+    config: GatewayConfig, built: Any, records: list[Record], scores: list[Any], traffic: Any
+) -> list[dict[str, Any]]:
+    """Rows as agent turns: a row's ``session`` (else its conversation's stable prefix)
+    groups it with the earlier rows of its session, ``signal`` names a failure after it
+    (its session's next turn escalates); tasks and new instructions are predicted on
+    what the gateway predicts them on (``gateway/routing/traffic_sessions.py``)."""
+    from gateway.routing.traffic_sessions import session_tiers
+    from routers.session import SessionHint
+    from routers.session_replay import plan_turns
+
+    hints = [
+        SessionHint("header", str(row["session"])) if row.get("session") else None
+        for _, _, row in records
+    ]
+    planned = plan_turns([m for _, m, _ in records], hints)
+    extra = [
+        i
+        for i, p in enumerate(planned)
+        if p.predict is not None and len(p.predict) != len(records[i][1])
+    ]
+    more = _scores(built, [list(planned[i].predict or ()) for i in extra])
+    fresh: list[Any] = [
+        s.quality if p.predict is not None else None for p, s in zip(planned, scores, strict=True)
+    ]
+    for i, score in zip(extra, more, strict=True):
+        fresh[i] = score.quality
+    signals = [row.get("signal") or None for _, _, row in records]
+    return session_tiers(config, planned, fresh, traffic, signals)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -216,6 +263,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     built = build_routing(_spec(config, args.model))
     thresholds = (config.routing.thresholds[0], config.routing.thresholds[-1])
     three: list[datasets.Example] = []
+    scored: list[datasets.Example] = []
     if args.data is not None:
         try:
             operator = datasets.load_operator(args.data)
@@ -223,7 +271,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             print(exc, file=sys.stderr)
             return 2
         rows = [e for e in operator if e.weak is not None and e.strong is not None]
-        sets = {args.data.name: rows}
+        sets = {args.data.name: rows} if rows else {}
+        scored = [e for e in operator if e.scores]
     else:
         splits = datasets.shared_splits()
         sets = evaluation_sets(splits)
@@ -239,8 +288,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.data is None:
         objective_report(config, built.embedder, cache, splits, args.plot)
         print()
+    elif scored:  # per-model correctness: the objective on the operator's rows (sessions too)
+        from routers.training.tier_sets import tier_set
+
+        objective_report(
+            config, built.embedder, cache, None, None, [tier_set(args.data.name, scored)]
+        )
+        print()
     scores = {name: score(list(examples)) for name, examples in sets.items()}
-    print(format_table(evaluate(sets, scores, seed=args.seed)))
+    if sets:
+        print(format_table(evaluate(sets, scores, seed=args.seed)))
     if three:
         target = config.routing.target_share or {}
         shares = [target[t] for t in config.tiers] if len(target) == 3 else []
@@ -273,11 +330,15 @@ def objective_report(
     cache: Path | None,
     splits: Any,
     plot: Path | None,
+    sets: Any = None,
 ) -> None:
-    """The objective policy per held-out set against the fixed-tier hull, and the per-tier
-    reliability; ``plot``: a cost-accuracy chart per set into that folder."""
+    """The objective policy per held-out set (``sets``: these instead) against the
+    fixed-tier hull, and the per-tier reliability; ``plot``: a cost-accuracy chart per set
+    into that folder. Rows sharing a session (an operator row's ``session``, else a
+    conversation's stable prefix) are routed as its turns, in order, as the gateway does."""
     import numpy as np
 
+    from gateway.routing.objective import objective_of
     from routers.objective import Objective
     from routers.setup import quality_model
     from routers.training.batch import cached_embed, embed_texts, format_calibration
@@ -288,11 +349,7 @@ def objective_report(
     spec = config.routing.classifier or ClassifierConfig()
     model = quality_model(spec)
     configured = config.routing.objective
-    objective = (
-        Objective(configured.kind, configured.share, configured.segment)
-        if configured is not None
-        else Objective("cost", 0.25)
-    )
+    objective = objective_of(configured) if configured is not None else Objective("cost", 0.25)
     min_samples = config.routing.target.min_samples
 
     def predict(rows: TierSet) -> Any:
@@ -306,7 +363,7 @@ def objective_report(
     def reference(rows: TierSet) -> Any:
         return model.for_tiers(rows.models, {m: m for m in rows.models}).reference_traffic()
 
-    sets = held_out_sets(splits)
+    sets = held_out_sets(splits) if sets is None else sets
     evaluated = evaluate_sets(sets, predict, objective, min_samples, reference)
     print(format_sets(evaluated, objective))
     for name, cal in tier_calibration(sets, predict):
@@ -325,7 +382,10 @@ def objective_report(
 def add_commands(sub: Any) -> None:
     classify = sub.add_parser("classify", help="score prompts: JSONL in, JSONL out")
     classify.add_argument(
-        "input", nargs="?", default="-", help='JSONL of {"id","prompt"|"messages"}'
+        "input",
+        nargs="?",
+        default="-",
+        help='JSONL of {"id","prompt"|"messages"} (optional "session", "signal": agent turns)',
     )
     classify.add_argument(
         "-o", "--output", default="-", help='JSONL of {"id","score","tier","quality",...}'

@@ -31,6 +31,7 @@ from gateway.learning.service import Feedback
 from gateway.money.hold import Hold, Money, refusal
 from gateway.money.outcome import conclude
 from gateway.routing.route import Router, embedding_of, route
+from gateway.routing.sessions import Sessions, SessionWatch
 from gateway.telemetry import observe
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.telemetry.timing import current_timer, timed
@@ -87,7 +88,16 @@ class ServingCore:
         found = await probe.found() if probe is not None and probe.looks_up else None
         cached = found is not None and found.response is not None
         routed = await route(self.config, parts.router, ask, embedding, cached=cached)
-        return Run(routed, probe, found, parts.pools, parts.money, parts.metrics, parts.feedback)
+        return Run(
+            routed,
+            probe,
+            found,
+            parts.pools,
+            parts.money,
+            parts.metrics,
+            parts.feedback,
+            parts.router.sessions,
+        )
 
     async def route(self, ask: Ask) -> RoutedRequest:
         """The tier alone, as ``start`` would decide it (``/v1/route``, token counts): no
@@ -120,6 +130,7 @@ class Run:
         money: Money,
         metrics: GatewayMetrics,
         feedback: Feedback | None = None,
+        sessions: Sessions | None = None,
     ) -> None:
         self.routed = routed
         self.probe, self.found = probe, found  # the cache's half of the request
@@ -144,6 +155,9 @@ class Run:
         self.feedback = feedback
         self._tap = feedback.tap(routed) if feedback is not None else None
         self._fed = False
+        # routing.sessions: what the turn's stream shows, told to its session at the end
+        self.sessions = sessions if routed.session is not None else None
+        self._watch = SessionWatch(bool(routed.generation.tools)) if self.sessions else None
 
     @property
     def request_id(self) -> str:
@@ -161,6 +175,11 @@ class Run:
     @property
     def include_usage(self) -> bool:
         return self.routed.include_usage
+
+    @property
+    def session_id(self) -> str | None:
+        session = self.routed.session
+        return None if session is None else session.key.id
 
     async def open(self) -> None:
         """Admit, then get the first chunk, failing over along the tier chain while
@@ -197,7 +216,8 @@ class Run:
             tier = self.decision.tier
             info = StreamInfo()
             request, priority = self._engine_request(self.decision), self.routed.priority
-            stream = self.pools[tier].stream(request, info, priority=priority)
+            held = self._held(tier)
+            stream = self.pools[tier].stream(request, info, priority=priority, held=held)
             self.progress.dispatched = True
             try:
                 with timed("engine"):
@@ -226,8 +246,17 @@ class Run:
                 await _aclose(stream)
                 raise
             self.progress.model = info.model or self.progress.model
+            self.progress.replica = info.replica
             self._primed(stream, first)
             return
+
+    def _held(self, tier: str) -> tuple[str, int] | None:
+        """The replica that served the session's last turn on ``tier`` and the prefix it
+        holds, for the pool's prefix affinity (another gateway replica may have sent it)."""
+        session = self.routed.session
+        if session is None or session.replica is None or session.tier != tier:
+            return None
+        return session.replica, session.cached_chars
 
     def _answered(self, exc: EngineError) -> ApiError:
         """The client's error for an engine's, under this request's id (the ledger's)."""
@@ -288,6 +317,8 @@ class Run:
     def _count(self, chunk: Chunk) -> None:
         if self._tap is not None:
             self._tap.add(chunk.text)
+        if self._watch is not None:
+            self._watch.saw(chunk)
         if chunk.text or chunk.tool_calls:
             progress = self.progress
             progress.streamed_chunks += 1
@@ -383,6 +414,12 @@ class Run:
         if self.feedback is not None and not self._fed:
             self._fed = True  # once per request: its record, and its shadow pair when sampled
             self.feedback.finished(self.routed, outcome, self._tap, self.progress.cache_entry)
+        session, sessions = self.routed.session, self.sessions
+        if session is not None and sessions is not None and self.progress.dispatched:
+            self.sessions = None  # once per request
+            sessions.finished(
+                session, outcome.tier, outcome.finish_reason, self._watch, self.progress.replica
+            )
         await self.hold.close(outcome)
 
     def headers(self) -> dict[str, str]:
@@ -401,6 +438,8 @@ class Run:
             headers["x-tiergate-complexity"] = f"{self.decision.score:.4f}"
         if seen.failover_from is not None:
             headers["x-tiergate-failover"] = f"{seen.failover_from}->{seen.tier}"
+        if self.routed.session is not None:
+            headers["x-tiergate-session"] = self.routed.session.key.short
         headers.update(self.hold.headers)
         if seen.downgraded_from is not None:
             headers["x-tiergate-downgraded"] = f"{seen.downgraded_from}->{seen.tier}"

@@ -24,6 +24,7 @@ from gateway.types import Ask
 from gateway.wire.format import Body, Caller, Exchange, Turn, WireFormat
 from gateway.wire.sse import EventStreamResponse, sse
 from policies.tenants import Principal
+from routers.session import SessionHint
 
 
 async def serve(request: Request, call: TenantCall, wire: WireFormat[Body]) -> Response:
@@ -44,7 +45,10 @@ async def serve(request: Request, call: TenantCall, wire: WireFormat[Body]) -> R
 
 def ask_for(request: Request, principal: Principal, turn: Turn) -> Ask:
     """A generation request as every wire format hands it to the core: the client's
-    ``Cache-Control`` and ``x-tiergate-tier`` headers are read here, once."""
+    ``Cache-Control``, ``x-tiergate-tier`` and ``x-session-id`` headers are read here,
+    once (the header names the session before anything the body says)."""
+    header = request.headers.get("x-session-id")
+    session = SessionHint("header", header) if header else turn.session
     return Ask(
         principal,
         turn.model,
@@ -54,6 +58,7 @@ def ask_for(request: Request, principal: Principal, turn: Turn) -> Ask:
         cache_control=request.headers.get("cache-control"),
         forced_tier=request.headers.get("x-tiergate-tier"),
         metadata=turn.metadata,
+        session=session,
     )
 
 

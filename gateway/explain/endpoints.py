@@ -3,8 +3,9 @@
 The body is a chat request (``messages``) or a text completion request (``prompt``);
 ``model`` defaults to ``auto``. The answer shows the complexity score, the text
 features, the per-tier predicted quality (and which model gave it: the base, or the
-feedback loop's serving refit and its version), the objective's λ and reason, the chosen
-tier and every rule that moved it.
+feedback loop's serving refit and its version), the objective's λ and reason, the
+request's session (``routing.sessions``: its turn, its tier, whether this turn moves it
+and why; nothing is recorded), the chosen tier and every rule that moved it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from gateway.types import Ask, RoutedRequest
 from gateway.wire.common import load_json, parse_body
 from policies.schema import GatewayConfig
 from routers.objective import TierChoice
+from routers.session import SessionHint
 
 endpoints = APIRouter(
     route_class=GatewayEndpoint,
@@ -47,13 +49,16 @@ async def explain_route(request: Request, call: TenantDep) -> Response:
         raise InvalidRequest("the body must be a JSON object")
     data.setdefault("model", "auto")
     body = orjson.dumps(data)
+    parsed: chat_wire.ChatCompletionRequest | completions_wire.CompletionRequest
     if "messages" in data:
-        build = chat_wire.to_generation(parse_body(chat_wire.ChatCompletionRequest, body))
+        parsed = parse_body(chat_wire.ChatCompletionRequest, body)
+        build = chat_wire.to_generation(parsed)
     elif "prompt" in data:
         parsed = parse_body(completions_wire.CompletionRequest, body)
         build = completions_wire.to_generation(parsed)
     else:
         raise InvalidRequest("give 'messages' (chat) or 'prompt' (completions)", param="messages")
+    header = request.headers.get("x-session-id")
     ask = Ask(
         call.principal,
         data["model"],
@@ -61,6 +66,7 @@ async def explain_route(request: Request, call: TenantDep) -> Response:
         stream=False,
         include_usage=False,
         forced_tier=request.headers.get("x-tiergate-tier"),
+        session=SessionHint("header", header) if header else parsed.session(),
     )
     # An explanation is not traffic: no cache lookup, and it stays out of target_share.
     routed = await core.route(ask)
@@ -78,6 +84,7 @@ async def explain_route(request: Request, call: TenantDep) -> Response:
         "quality": _per_tier(config, None if complexity is None else complexity.quality),
         "quality_model": _quality_model(routed),
         "objective": _objective(routed.decision.choice, config),
+        "session": None if routed.session is None else routed.session.describe(),
         "trail": list(routed.decision.trail),
     }
     headers = {"x-tiergate-tier": routed.tier}

@@ -8,6 +8,8 @@ answer's verdict becomes a label of the tier that answered; a cached answer's ve
 is the cache's: a bad one evicts the entry the hit came from, for every replica, and the
 pair (the cached prompt, this request's text) becomes a ``match: false`` label of the
 cache (``forget_cached_answer``). ``cache_evicted`` says whether this call evicted it.
+A bad verdict on a turn of an agent session (``routing.sessions``) moves the session one
+tier up on its next turn; ``session_escalates`` says so.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from gateway.edge.openapi import errors, request_body
 from gateway.errors import ApiError, InvalidRequest, ServiceUnavailable
 from gateway.feedback.protocol import FeedbackRequest
 from gateway.learning.records import HITS
+from gateway.routing.sessions import Sessions
 from gateway.wire.common import parse_body
 from policies.stores.cache.storage import CacheUnavailable
 from policies.stores.feedback import RequestRecord
@@ -60,6 +63,14 @@ async def forget_cached_answer(cache: PromptCache | None, record: RequestRecord)
         raise ServiceUnavailable("the cache store is unreachable; try again shortly") from exc
 
 
+async def escalate_session(sessions: Sessions | None, request_id: str) -> bool:
+    """A bad answer in an agent session: its next turn moves one tier up
+    (``routing.sessions``). False: sessions off, or the request's session is gone."""
+    if sessions is None:
+        return False
+    return await sessions.bad_verdict(request_id)  # a store outage: the boundary's 503
+
+
 @endpoints.post("/v1/feedback", openapi_extra=request_body(FeedbackRequest))
 async def post_feedback(request: Request, call: TenantDep) -> Response:
     core, principal = call.core, call.principal  # one snapshot for the whole call
@@ -82,10 +93,12 @@ async def post_feedback(request: Request, call: TenantDep) -> Response:
         raise VerdictConflict(
             f"request {body.request_id!r} already has the verdict {previous!r}", param="verdict"
         )
-    evicted = False
+    evicted, escalates = False, False
     if body.verdict == "bad" and record.cache in HITS:
         # Again on a repeat: a store outage that refused the first eviction is retried.
         evicted = await forget_cached_answer(core.parts.cache, record)
+    if body.verdict == "bad":
+        escalates = await escalate_session(core.parts.router.sessions, body.request_id)
     answer = {
         "object": "tiergate.feedback",
         "request_id": body.request_id,
@@ -93,6 +106,7 @@ async def post_feedback(request: Request, call: TenantDep) -> Response:
         "labelled_tier": None if label is None else label.tier,
         "cache": record.cache,
         "cache_evicted": evicted,
+        "session_escalates": escalates,
     }
     return Response(orjson.dumps(answer), media_type="application/json")
 

@@ -25,6 +25,7 @@ from gateway.messages.translate import to_generation
 from gateway.wire.compat import Compat
 from gateway.wire.format import Caller, RunView, SimpleFormat, Turn
 from gateway.wire.sse import Event, named_events
+from routers.session import SessionHint
 
 _STOP_REASONS = {
     "stop": "end_turn",
@@ -232,8 +233,11 @@ def translate(body: MessagesRequest, caller: Caller) -> Turn:
     """By the tenant's compatibility mode; the ``anthropic-beta`` flags join the hints."""
     done = to_generation(body, caller.principal.policy.compat)
     compat = done.compat.merged(beta_hints(caller.headers))
-    # ``metadata.user_id`` stays with the ledger event and the trace
-    return Turn(body.model, done.generation, body.stream, True, body.annotations(), compat)
+    # ``metadata.user_id`` stays with the ledger event and the trace, and scopes the session
+    annotations = body.annotations()
+    user = (annotations or {}).get("user_id")
+    session = SessionHint("user", user) if user else None
+    return Turn(body.model, done.generation, body.stream, True, annotations, compat, session)
 
 
 MESSAGES = SimpleFormat(MessagesRequest, translate, whole, events, FRAMING, anthropic_error)

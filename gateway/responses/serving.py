@@ -19,7 +19,7 @@ from gateway.errors import ApiError, InvalidRequest
 from gateway.responses.protocol import CreateResponse
 from gateway.responses.render import TERMINAL, Echo, ResponseEvents, whole_response
 from gateway.responses.translate import Translation, to_generation
-from gateway.wire.common import parse_body
+from gateway.wire.common import body_session, parse_body
 from gateway.wire.errors import ErrorShape, openai_error
 from gateway.wire.format import Caller, Exchange, RunView, Turn
 from gateway.wire.sse import Event, Framing, named_events
@@ -27,6 +27,7 @@ from policies.responses_spec import ResponsesConfig
 from policies.stores.responses import ResponseStore, StoredResponse, input_fits, input_size
 from policies.stores.store import StoreUnavailable
 from policies.tenants import Principal
+from routers.session import SessionHint
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ class ResponsesFormat:
 
     async def prepare(self, body: CreateResponse, caller: Caller) -> Exchange:
         principal, store = caller.principal, caller.responses
-        history = await _history(store, principal, body.previous_response_id)
+        history, chain = await _history(store, principal, body.previous_response_id)
         translation = to_generation(body, history, principal.policy.compat)
         limits = caller.config.responses
         if body.store and not input_fits(limits, translation.items):
@@ -59,7 +60,8 @@ class ResponsesFormat:
                 param="store",
                 code="stored_responses_limit",
             )
-        return ResponseExchange(store, principal, body, translation, limits)
+        session = chain or body_session(body.model_extra, body.user)
+        return ResponseExchange(store, principal, body, translation, limits, session)
 
 
 RESPONSES = ResponsesFormat()
@@ -74,9 +76,11 @@ async def load(
 
 async def _history(
     store: ResponseStore, principal: Principal, previous: str | None
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], SessionHint | None]:
+    """The conversation ``previous`` continues, and the session its chain is in (kept
+    with every stored Response of the chain since its first)."""
     if previous is None:
-        return []
+        return [], None
     record = await load(store, principal, previous)
     if record is None:
         raise InvalidRequest(
@@ -84,7 +88,8 @@ async def _history(
             param="previous_response_id",
             code="previous_response_not_found",
         )
-    return record.conversation()
+    chain = None if record.session is None else SessionHint("response", record.session)
+    return record.conversation(), chain
 
 
 class ResponseExchange:
@@ -97,11 +102,18 @@ class ResponseExchange:
         body: CreateResponse,
         translation: Translation,
         config: ResponsesConfig,  # the request's snapshot
+        session: SessionHint | None = None,
     ) -> None:
         self.store, self.principal, self.body = store, principal, body
         self.translation, self.config = translation, config
         self.turn = Turn(
-            body.model, translation.generation, body.stream, True, body.metadata, translation.compat
+            body.model,
+            translation.generation,
+            body.stream,
+            True,
+            body.metadata,
+            translation.compat,
+            session,
         )
         self.renderer: ResponseEvents | None = None
         self.framing: Framing = named_events(self._failure)
@@ -139,24 +151,26 @@ class ResponseExchange:
         return Echo(run.request_id, run.model, fields, self.translation.namespaces, run.created)
 
     async def whole(self, run: RunView, text: str, final: Chunk) -> Event:
-        return await self._kept(whole_response(self.echo(run), text, final))
+        return await self._kept(whole_response(self.echo(run), text, final), run.session_id)
 
     async def events(self, run: RunView, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Event]:
         self.renderer = renderer = ResponseEvents(self.echo(run))
         async for event in renderer.events(chunks):
             if event["type"] in TERMINAL:
-                event = {**event, "response": await self._kept(event["response"])}
+                kept = await self._kept(event["response"], run.session_id)
+                event = {**event, "response": kept}
             yield event
 
     def _failure(self, error: ApiError) -> Sequence[Event]:
         assert self.renderer is not None, "the stream fails only once it has begun"
         return self.renderer.failed(error)
 
-    async def _kept(self, response: dict[str, Any]) -> dict[str, Any]:
-        """The Response, kept first when ``store``; one that could not be kept says so."""
+    async def _kept(self, response: dict[str, Any], session: str | None) -> dict[str, Any]:
+        """The Response, kept first when ``store`` (with its session: a continuation
+        stays in it); one that could not be kept says so."""
         if not self.body.store:
             return response
-        record = StoredResponse(self.translation.items, response)
+        record = StoredResponse(self.translation.items, response, session)
         try:
             kept = await self.store.save(self.config, self.principal, record)
         except StoreUnavailable as exc:

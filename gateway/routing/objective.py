@@ -37,6 +37,11 @@ Array = npt.NDArray[np.float64]
 POLICY = "objective"  # the sketch's name in the store
 
 
+def objective_of(spec: ObjectiveConfig) -> Objective:
+    """The configured objective as the router reads it."""
+    return Objective(spec.kind, spec.share, spec.segment, spec.dominance)
+
+
 def tier_prices(config: GatewayConfig, tier: str) -> tuple[float, float]:
     """USD per million (input, output) tokens of a tier: the mean over its engines."""
     prices = [config.prices[config.engines[e].model] for e in config.tiers[tier].engines]
@@ -53,6 +58,31 @@ def expected_costs(config: GatewayConfig, objective: ObjectiveConfig, chars: int
     for tier in config.tiers:
         price_in, price_out = tier_prices(config, tier)
         out.append((tokens * price_in + objective.answer_for(tier) * price_out) / 1e6)
+    return out
+
+
+def cached_price(config: GatewayConfig, tier: str) -> float:
+    """USD per million cached input tokens on a tier (its engines' mean; a model without a
+    ``cached_input`` price bills cached tokens at full input)."""
+    prices = [config.prices[config.engines[e].model] for e in config.tiers[tier].engines]
+    rates = [p.input if p.cached_input is None else p.cached_input for p in prices]
+    return sum(rates) / len(rates)
+
+
+def prefix_costs(
+    config: GatewayConfig, objective: ObjectiveConfig, chars: int, cached: Mapping[str, int]
+) -> list[float]:
+    """``expected_costs`` for a session's turn: on a tier that caches ``cached[tier]``
+    characters of the conversation's prefix, those are billed at the cached-input price
+    and only the rest at full price; every other tier pays full input on the whole
+    context (what a switch costs)."""
+    tokens = chars / 4.0 + 8.0
+    out = []
+    for tier in config.tiers:
+        price_in, price_out = tier_prices(config, tier)
+        held = min(cached.get(tier, 0), chars) / 4.0
+        inputs = (tokens - held) * price_in + held * cached_price(config, tier)
+        out.append((inputs + objective.answer_for(tier) * price_out) / 1e6)
     return out
 
 
@@ -78,7 +108,7 @@ def reference_operating(
     return traffic_operating(
         np.asarray(quality, dtype=np.float64),
         cost,
-        Objective(objective.kind, objective.share, objective.segment),
+        objective_of(objective),
     )
 
 
@@ -112,6 +142,25 @@ class ObjectiveLambda:
         cost = expected_costs(config, objective, chars)
         if observe:
             sketch_request(self.counts.pending, quality, cost)
+        lam, allowed, why = self.operating(config, background)
+        choice = decide_tier(
+            tuple(config.tiers),
+            quality,
+            cost,
+            lam,
+            objective_of(objective),
+            why,
+            allowed,
+        )
+        if observe:
+            self.chose(quality, cost, choice.tiers.index(choice.tier))
+        return choice
+
+    def operating(
+        self, config: GatewayConfig, background: set[asyncio.Task[None]]
+    ) -> tuple[float | None, tuple[int, ...] | None, str]:
+        """λ, the objective's hull segment and why, as requests are routed now (pooled
+        traffic, else the reference traffic's); syncs the sketch when it is time."""
         self._routing = config.routing
         self.counts.maybe_sync(config.routing.target, background)
         target = config.routing.target
@@ -124,20 +173,19 @@ class ObjectiveLambda:
                 f"λ of the reference traffic: {self.samples} of {target.min_samples} "
                 "requests pooled"
             )
-        choice = decide_tier(
-            tuple(config.tiers),
-            quality,
-            cost,
-            lam,
-            Objective(objective.kind, objective.share, objective.segment),
-            why,
-            allowed,
-        )
-        if observe:  # what the objective chose, for "quality given up" on the dashboard
-            picked = choice.tiers.index(choice.tier)
-            self.counts.pending["QC"] += quality_count(quality[picked])
-            self.counts.pending["CC"] += cost_count(cost[picked] / cost[-1] if cost[-1] else 0.0)
-        return choice
+        return lam, allowed, why
+
+    def observe(self, config: GatewayConfig, quality: Sequence[float], chars: int) -> None:
+        """A fresh prediction joins the sketch (a session's new instruction), priced cold
+        as every sketched request is."""
+        objective = config.routing.objective
+        assert objective is not None
+        sketch_request(self.counts.pending, quality, expected_costs(config, objective, chars))
+
+    def chose(self, quality: Sequence[float], cost: Sequence[float], picked: int) -> None:
+        """What the objective chose, for "quality given up" on the dashboard."""
+        self.counts.pending["QC"] += quality_count(quality[picked])
+        self.counts.pending["CC"] += cost_count(cost[picked] / cost[-1] if cost[-1] else 0.0)
 
     async def sync(self, routing: RoutingConfig) -> None:
         self._routing = routing
@@ -153,7 +201,7 @@ class ObjectiveLambda:
         if self.samples < routing.target.min_samples:
             self.lam, self.allowed = None, None
             return
-        kind = Objective(objective.kind, objective.share, objective.segment)
+        kind = objective_of(objective)
         where = operating(pooled, tiers_in(pooled), kind)
         self.lam, self.allowed = where.lam, where.allowed or None
 

@@ -24,6 +24,8 @@ from backends.pool import Replica
 from gateway.errors import InvalidRequest, ModelNotFound, PermissionDenied
 from gateway.routing.capabilities import fit_tier
 from gateway.routing.objective import ObjectiveLambda
+from gateway.routing.session_route import SessionPlan, plan_session, record_session, session_turn
+from gateway.routing.sessions import Sessions
 from gateway.routing.target_share import TargetShares
 from gateway.telemetry.timing import timed
 from gateway.types import Ask, RoutedRequest
@@ -41,6 +43,7 @@ from routers.decision import (
 from routers.embedding import Embedder, EmbeddingOnce, last_user_text
 from routers.features import message_text, prompt_messages
 from routers.objective import TierChoice
+from routers.session_policy import SessionTurn
 from routers.tier_quality import QualitySource, ServedQuality
 
 log = logging.getLogger(__name__)
@@ -57,6 +60,7 @@ class Router:
     background: set[asyncio.Task[None]]  # the share sketch's sync tasks
     objective: ObjectiveLambda | None = None  # ``routing.objective``: λ from traffic
     quality: QualitySource | None = None  # ``routing.feedback``: the serving refit
+    sessions: Sessions | None = None  # ``routing.sessions``: an agent's turns as one session
 
 
 def served_quality(config: GatewayConfig, router: Router) -> ServedQuality | None:
@@ -118,10 +122,17 @@ async def route(
             complexity, note = await _complexity(router.classifier, embedding, build, served)
         if complexity is not None:
             classify_s = time.perf_counter() - started
-    decision = _tier(config, router, ask, complexity, observe=not explain)
+    plan = None
+    if complexity is not None:  # ``auto``, classified: a turn of its session
+        plan = await plan_session(config, router, ask, complexity, embedding, served, not explain)
+    choice = None if plan is None else plan.choice
+    decision = _tier(config, router, ask, complexity, observe=not explain, choice=choice)
     if note is not None and ask.requested_model == "auto":
         decision = replace(decision, trail=(note, *decision.trail))
     decision = fit_tier(config, router.replicas, ask.principal, decision, build)
+    session = None
+    if plan is not None:
+        session = await _keep(config, router, plan, decision.tier, build.request_id, explain)
     return RoutedRequest(
         config=config,
         request_id=build.request_id,
@@ -138,7 +149,22 @@ async def route(
         quality_model=served,
         metadata=ask.metadata or None,
         priority=ask.priority,
+        session=session,
     )
+
+
+async def _keep(
+    config: GatewayConfig,
+    router: Router,
+    plan: SessionPlan,
+    tier: str,
+    request_id: str,
+    explain: bool,
+) -> SessionTurn:
+    """The session after this turn (kept in the store unless it is an explanation)."""
+    if explain:
+        return session_turn(plan, tier)
+    return await record_session(config, router, plan, tier, request_id)
 
 
 def _tier(
@@ -148,16 +174,23 @@ def _tier(
     complexity: ComplexityScore | None,
     *,
     observe: bool,
+    choice: TierChoice | None = None,
 ) -> TierDecision:
     """The router's call: under ``routing.objective`` the tier with the best expected
-    quality - λ · cost, else the score with the thresholds learnt from traffic when the
-    policy asks for them (``observe``: the request joins the sketch), to a decision."""
+    quality - λ · cost (``choice``: the session's, already made), else the score with the
+    thresholds learnt from traffic when the policy asks for them (``observe``: the
+    request joins the sketch), to a decision."""
     learned: tuple[tuple[float, float] | None, str] = (None, "thresholds")
     shares = router.shares
-    choice = None
-    if config.routing.objective is not None and complexity is not None:
+    objective = config.routing.objective is not None and complexity is not None
+    if choice is None and objective and complexity is not None:
         choice = _objective_choice(config, router, complexity, ask.generation, observe)
-    elif shares is not None and complexity is not None and config.routing.target_share:
+    elif (
+        not objective
+        and shares is not None
+        and complexity is not None
+        and config.routing.target_share
+    ):
         tiers = list(config.tiers)
         learned = (
             shares.route(config.routing, tiers, complexity.score, router.background)

@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from gateway.routing.objective import expected_costs, reference_operating
+from gateway.routing.objective import expected_costs, objective_of, reference_operating
 from policies.schema import GatewayConfig
 from routers.classifier import ComplexityScore
 from routers.decision import tier_for_score
 from routers.features import message_text
-from routers.objective import Objective, route_operating
+from routers.objective import route_operating
 
 
 def traffic_tiers(
@@ -42,7 +42,7 @@ def traffic_tiers(
         picked, where = route_operating(
             quality,
             cost,
-            Objective(objective.kind, objective.share, objective.segment),
+            objective_of(objective),
             routing.target.min_samples,
             reference_operating(config, reference),
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, TypeVar
 
 import orjson
@@ -11,6 +12,7 @@ from backends.base import TokenLogprob
 from gateway.errors import InvalidRequest
 from gateway.wire.compat import Compat
 from gateway.wire.fields import passthrough_fields
+from routers.session import SessionHint
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -82,11 +84,25 @@ class SamplingFields(BaseModel):
         """The client's ``metadata``, for the ledger event and the trace."""
         return self.metadata or None
 
+    def session(self) -> SessionHint | None:
+        """The conversation's name where the body gives one (``prompt_cache_key``: OpenAI
+        keeps one conversation's prefix together by it), else the person's (``user``),
+        which scopes the name derived from the conversation (``routers/session.py``)."""
+        return body_session(self.model_extra, self.user)
+
     def compat(self) -> Compat:
         """``metadata`` that no engine is sent is named as ignored (``x-tiergate-ignored``)."""
         if self.metadata and "store" not in passthrough_fields(self.model_extra):
             return Compat(ignored=("metadata",))
         return Compat()
+
+
+def body_session(extra: Mapping[str, Any] | None, user: str | None) -> SessionHint | None:
+    """``prompt_cache_key`` (a string), else ``user``, as a session hint."""
+    key = (extra or {}).get("prompt_cache_key")
+    if isinstance(key, str) and key:
+        return SessionHint("prompt_cache_key", key)
+    return SessionHint("user", user) if user else None
 
 
 def logprobs_body(entries: tuple[TokenLogprob, ...] | None) -> dict[str, Any] | None:

@@ -39,6 +39,7 @@ from gateway.wire.sse import OPENAI_SSE, Event, Framing
 from policies.schema import GatewayConfig
 from policies.stores.responses import ResponseStore
 from policies.tenants import Principal
+from routers.session import SessionHint
 
 
 class RunView(Protocol):
@@ -50,6 +51,10 @@ class RunView(Protocol):
     def model(self) -> str: ...
     @property
     def include_usage(self) -> bool: ...
+    @property
+    def session_id(self) -> str | None:
+        """The session routing put the request in (``routing.sessions``), if any."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +67,7 @@ class Turn:
     include_usage: bool
     metadata: Mapping[str, str] | None  # the client's annotation: ledger and trace
     compat: Compat  # the hints it carries (``x-tiergate-ignored``)
+    session: SessionHint | None = None  # what the body says of its conversation
 
 
 class PlainBody(Protocol):
@@ -76,11 +82,18 @@ class PlainBody(Protocol):
     def include_usage(self) -> bool: ...
     def annotations(self) -> Mapping[str, str] | None: ...
     def compat(self) -> Compat: ...
+    def session(self) -> SessionHint | None: ...
 
 
 def plain_turn(body: PlainBody, generation: GenerationRequest) -> Turn:
     return Turn(
-        body.model, generation, body.stream, body.include_usage, body.annotations(), body.compat()
+        body.model,
+        generation,
+        body.stream,
+        body.include_usage,
+        body.annotations(),
+        body.compat(),
+        body.session(),
     )
 
 

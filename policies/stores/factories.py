@@ -25,6 +25,7 @@ from policies.stores.feedback import FeedbackStore
 from policies.stores.keys import KeyStore
 from policies.stores.ledger import Ledger
 from policies.stores.ratelimit import RateLimiter
+from policies.stores.sessions import SessionStore
 from policies.stores.shares import ShareStore
 from policies.stores.store import MemoryStore, Store
 from policies.stores.store_redis import RedisStore
@@ -157,6 +158,18 @@ def _redis_batches(store: Store) -> BatchStore:
     return RedisBatchStore(redis_owner(store))
 
 
+def _memory_sessions(store: Store) -> SessionStore:
+    from policies.stores.sessions import MemorySessionStore
+
+    return MemorySessionStore()
+
+
+def _redis_sessions(store: Store) -> SessionStore:
+    from policies.stores.sessions_redis import RedisSessionStore
+
+    return RedisSessionStore(redis_owner(store))
+
+
 LEDGERS: Mapping[str, Callable[[GatewayConfig, Store], Ledger]] = {
     "memory": _memory_ledger,
     "redis": _redis_ledger,
@@ -193,6 +206,11 @@ FEEDBACK_STORES: Mapping[str, Callable[[Store], FeedbackStore]] = {
 BATCH_STORES: Mapping[str, Callable[[Store], BatchStore]] = {
     "memory": _memory_batches,
     "redis": _redis_batches,
+}
+
+SESSION_STORES: Mapping[str, Callable[[Store], SessionStore]] = {
+    "memory": _memory_sessions,
+    "redis": _redis_sessions,
 }
 
 
@@ -237,6 +255,11 @@ def open_feedback_store(store: Store) -> FeedbackStore:
 def open_batch_store(store: Store) -> BatchStore:
     """Files, batches, their lines and the shared line queue (``/v1/batches``)."""
     return pick(BATCH_STORES, "batch store", store.kind)(store)
+
+
+def open_session_store(store: Store) -> SessionStore:
+    """Agent sessions (``routing.sessions``): state, signals and replicas, per session."""
+    return pick(SESSION_STORES, "session store", store.kind)(store)
 
 
 def redis_owner(store: Store) -> RedisStore:

@@ -44,6 +44,7 @@ MEMORY_RECORDS = 16  # the in-process budget, in records of the largest size
 class StoredResponse:
     input: tuple[Item, ...]  # every item the response was given, with ids
     response: Item  # the Response object
+    session: str | None = None  # the routing session it was answered in (its chain's)
 
     def conversation(self) -> list[Item]:
         """What a continuation starts from: the input, then the output's messages and calls."""
@@ -51,12 +52,18 @@ class StoredResponse:
         return [*self.input, *output]
 
     def encode(self) -> bytes:
-        return orjson.dumps({"input": list(self.input), "response": self.response})
+        data: Item = {"input": list(self.input), "response": self.response}
+        if self.session is not None:
+            data["session"] = self.session
+        return orjson.dumps(data)
 
     @classmethod
     def decode(cls, raw: bytes) -> StoredResponse:
         data = orjson.loads(raw)
-        return cls(tuple(data["input"]), data["response"])
+        session = data.get("session")
+        return cls(
+            tuple(data["input"]), data["response"], session if isinstance(session, str) else None
+        )
 
 
 def owner_of(principal: Principal) -> str:

@@ -57,6 +57,7 @@ class Example:
     costs: tuple[float, float, float] | None = None  # USD per tier (three-tier rows)
     # Every scored model's correctness by model name (the quality model's item-response fit)
     scores: Mapping[str, float] | None = None
+    session: str | None = None  # an operator row's session: rows sharing it are its turns
 
     @property
     def text(self) -> str:
@@ -198,7 +199,18 @@ def _operator_example(record: Mapping[str, Any], where: str) -> Example:
     ):
         raise DataError(f"{where}: scores must map model names to correctness")
     named = {str(k): float(v) for k, v in scores.items()} if isinstance(scores, dict) else None
-    return Example(tuple(messages), label, weight, group, "operator", weak, strong, scores=named)
+    session = _text(record.get("session")) or None
+    return Example(
+        tuple(messages),
+        label,
+        weight,
+        group,
+        "operator",
+        weak,
+        strong,
+        scores=named,
+        session=session,
+    )
 
 
 def _text(value: Any) -> str | None:

@@ -59,7 +59,7 @@ def evaluate_sets(
     for rows in sets:
         quality = predict(rows)
         prior = None if reference is None else reference(rows)
-        quarter = Objective("cost", 0.25, objective.segment)
+        quarter = Objective("cost", 0.25, objective.segment, objective.dominance)
         out.append(
             SetRow(
                 rows,

@@ -17,6 +17,7 @@ from tests.support import PYTHON, REPO
 from tiergate_testing.gateways import subprocess_env
 
 TIERS = {"small", "medium", "large"}
+SESSION = {"session", "turn", "moved", "reason"}  # routing.sessions: each row's session
 
 
 def tiergate(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -65,7 +66,8 @@ def test_classify_contract_prompt_and_messages_in_order(tmp_path: Path) -> None:
     chars = [len(rows[0]["prompt"]), len("be brief") + len(rows[1]["messages"][1]["content"])]
     chars.append(len(rows[2]["prompt"]))
     for line, n in zip(out, chars, strict=True):
-        assert set(line) == {"id", "score", "tier", "quality", "lambda", "among"}
+        assert set(line) == {"id", "score", "tier", "quality", "lambda", "among"} | SESSION
+        assert line["turn"] == 1 and not line["moved"]  # three tasks: three sessions
         assert 0.0 <= line["score"] <= 1.0
         assert set(line["quality"]) == TIERS and all(0 < q < 1 for q in line["quality"].values())
         # three requests, fewer than min_samples: the reference traffic's λ, as in the gateway
