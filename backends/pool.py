@@ -242,8 +242,9 @@ class EnginePool:
                         self._preempt(candidates)
                     else:
                         until = min(until, preempt_at)
-                try:
-                    await asyncio.wait_for(waiter.wake, max(0.0, until - loop.time()))
+                try:  # not ``wait_for``: on 3.11 it can swallow a cancellation
+                    async with asyncio.timeout_at(until):
+                        await waiter.wake
                 except TimeoutError:
                     if loop.time() < deadline:
                         continue  # time to preempt

@@ -37,7 +37,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from backends.base import Chunk, GenerationRequest, Priority, SamplingParams
+from backends.base import Chunk, Engine, EngineLoad, GenerationRequest, Priority, SamplingParams
 from backends.fake import FakeEngine
 from backends.pool import EnginePool, PoolSettings, Replica
 
@@ -62,17 +62,27 @@ class Tally:
             self.batch_lost += inside
 
 
-class TimedEngine(FakeEngine):
-    """The fake engine, tallying the slot-time each request held it."""
+class Timed:
+    """An engine, tallying the slot-time each request held it."""
 
-    def __init__(self, tally: Tally, **options: object) -> None:
-        super().__init__(**options)  # type: ignore[arg-type]
-        self.tally = tally
+    def __init__(self, engine: Engine, tally: Tally) -> None:
+        self.engine, self.tally = engine, tally
+        self.name, self.model = engine.name, engine.model
+        self.counters, self.capabilities = engine.counters, engine.capabilities
+
+    def load(self) -> EngineLoad:
+        return self.engine.load()
+
+    async def start(self) -> None:
+        await self.engine.start()
+
+    async def aclose(self) -> None:
+        await self.engine.aclose()
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
         start, finished = time.monotonic(), False
         try:
-            async for chunk in super().stream(request):
+            async for chunk in self.engine.stream(request):
                 yield chunk
             finished = True
         finally:
@@ -89,29 +99,30 @@ class Result:
 
 
 def request(kind: str, tokens: int) -> GenerationRequest:
+    """``kind`` ("i" or "b") starts the id: the tally reads the class from it."""
+    words = " ".join(uuid.uuid4().hex[:4] for _ in range(4))
     return GenerationRequest(
         request_id=f"{kind}{uuid.uuid4().hex}",
-        model="fake",
-        sampling=SamplingParams(max_tokens=tokens),
-        messages=({"role": "user", "content": uuid.uuid4().hex},),
+        model="bench",
+        sampling=SamplingParams(max_tokens=tokens, temperature=0.0),
+        messages=({"role": "user", "content": f"Write a long story about {words}."},),
     )
 
 
-def build(args: argparse.Namespace, tally: Tally, delay: float, **settings: object) -> EnginePool:
-    replicas = [
-        Replica(
-            TimedEngine(
-                tally,
-                name=f"fake-{i}",
-                model="fake",
-                tokens=args.tokens,
-                token_delay_s=delay,
-                max_running=args.slots,
-            ),
-            max_inflight=args.slots,
-        )
-        for i in range(args.replicas)
-    ]
+def fake(args: argparse.Namespace, index: int, delay: float) -> Engine:
+    return FakeEngine(
+        name=f"fake-{index}",
+        model="bench",
+        tokens=args.tokens,
+        token_delay_s=delay,
+        max_running=args.slots,
+    )
+
+
+def build(
+    args: argparse.Namespace, engines: list[Engine], tally: Tally, **settings: object
+) -> EnginePool:
+    replicas = [Replica(Timed(engine, tally), max_inflight=args.slots) for engine in engines]
     return EnginePool("bench", replicas, PoolSettings(**settings))  # type: ignore[arg-type]
 
 
@@ -135,10 +146,14 @@ async def batch_worker(
 
 
 async def scenario(
-    args: argparse.Namespace, arrivals: list[float], batch: Priority | None, **settings: object
+    args: argparse.Namespace,
+    engines: list[Engine],
+    arrivals: list[float],
+    batch: Priority | None,
+    **settings: object,
 ) -> Result:
     result = Result()
-    pool = build(args, result.tally, args.token_delay_ms / 1000, **settings)
+    pool = build(args, engines, result.tally, **settings)
     workers = []
     if batch is not None:
         lines = list(range(args.lines))
@@ -167,7 +182,8 @@ async def scenario(
 async def throughput(args: argparse.Namespace, priority: Priority) -> float:
     """Lines/s of the whole batch on a 0 ms engine, nothing else running."""
     result = Result()
-    pool = build(args, result.tally, 0.0, batch_share=1.0)
+    engines = [fake(args, i, 0.0) for i in range(args.replicas)]
+    pool = build(args, engines, result.tally, batch_share=1.0)
     lines = list(range(args.lines))
     started = time.monotonic()
     await asyncio.gather(
@@ -200,8 +216,31 @@ def spread(values: list[float], fmt: str) -> str:
     return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"
 
 
+async def engines_of(args: argparse.Namespace) -> tuple[list[Engine], float]:
+    """The replicas' engines and the seconds one request takes on one alone."""
+    if not args.llamacpp:
+        engines = [fake(args, i, args.token_delay_ms / 1000) for i in range(args.replicas)]
+        return engines, args.tokens * args.token_delay_ms / 1000
+    from backends.llamacpp import LlamaCppEngine
+    from tiergate_testing.configs import SMOLLM2
+
+    engines = [
+        LlamaCppEngine(name=f"llama-{i}", model="bench", model_path=SMOLLM2, n_threads=1)
+        for i in range(args.replicas)
+    ]
+    for engine in engines:
+        await engine.start()
+    times = []
+    for _ in range(5):
+        started = time.monotonic()
+        async for _ in engines[0].stream(request("i", args.tokens)):
+            pass
+        times.append(time.monotonic() - started)
+    return engines, statistics.median(times)
+
+
 async def run(args: argparse.Namespace) -> None:
-    line_s = args.tokens * args.token_delay_ms / 1000
+    engines, line_s = await engines_of(args)
     capacity = args.replicas * args.slots / line_s
     rng = random.Random(args.seed)
     arrivals, at = [], 0.0
@@ -211,8 +250,8 @@ async def run(args: argparse.Namespace) -> None:
             break
         arrivals.append(at)
     print(
-        f"{args.replicas} replicas x {args.slots} slots, {args.tokens} tokens x "
-        f"{args.token_delay_ms} ms = {line_s * 1000:.0f} ms a request; capacity "
+        f"{args.replicas} {'llama.cpp SmolLM2-135M' if args.llamacpp else 'fake'} replicas x "
+        f"{args.slots} slots, {args.tokens} tokens: {line_s * 1000:.0f} ms a request; capacity "
         f"{capacity:.0f}/s; interactive {len(arrivals)} at {args.load:.0%} over {args.seconds} s; "
         f"batch {args.lines} lines; load avg {os.getloadavg()[0]:.2f}"
     )
@@ -220,7 +259,7 @@ async def run(args: argparse.Namespace) -> None:
     for repeat in range(args.repeats):
         results = {}
         for name, (priority, settings) in SCENARIOS.items():
-            results[name] = await scenario(args, arrivals, priority, **settings)
+            results[name] = await scenario(args, engines, arrivals, priority, **settings)
         base = results["alone"]
         for name, res in results.items():
             idle = args.replicas * args.slots * args.seconds - res.tally.interactive
@@ -250,9 +289,14 @@ async def run(args: argparse.Namespace) -> None:
             f"{spread(row['lost'], '.0%'):>18} {spread(row['lines_s'], '.0f'):>18} "
             f"{spread(row['preempted'], '.0f'):>18}"
         )
-    for priority in ("batch", "interactive"):
-        rates = [await throughput(args, priority) for _ in range(args.repeats)]
-        print(f"0 ms engine, {args.lines} lines as {priority}: {spread(rates, ',.0f')} lines/s")
+    for engine in engines:
+        await engine.aclose()
+    if args.llamacpp:
+        return
+    kinds: tuple[Priority, ...] = ("batch", "interactive")
+    for kind in kinds:
+        rates = [await throughput(args, kind) for _ in range(args.repeats)]
+        print(f"0 ms engine, {args.lines} lines as {kind}: {spread(rates, ',.0f')} lines/s")
     print(f"load avg at the end {os.getloadavg()[0]:.2f}")
 
 
@@ -267,7 +311,11 @@ def main() -> None:
     parser.add_argument("--token-delay-ms", type=float, default=10.0)
     parser.add_argument("--load", type=float, default=0.6)
     parser.add_argument("--seed", type=int, default=30)
-    asyncio.run(run(parser.parse_args()))
+    parser.add_argument("--llamacpp", action="store_true", help="SmolLM2 on llama.cpp, 1 slot")
+    args = parser.parse_args()
+    if args.llamacpp:
+        args.slots = 1  # one request at a time per model
+    asyncio.run(run(args))
 
 
 if __name__ == "__main__":

@@ -183,3 +183,22 @@ async def test_a_batch_line_waits_at_most_wait_timeout_in_all() -> None:
     assert time.monotonic() - started < 0.3
     await busy
     assert_idle(pool)
+
+
+async def test_a_request_cancelled_as_it_is_woken_is_cancelled() -> None:
+    """Python 3.11's ``wait_for`` returns instead of raising when the wait ends and the
+    task is cancelled in the same step: the request then went on to take a slot (and a
+    cancelled batch worker kept running lines)."""
+    pool = pool_of(slots=1, token_delay_s=0.01)
+    busy = asyncio.create_task(served(pool, "busy"))
+    await asyncio.sleep(0.005)
+    waiting = asyncio.create_task(served(pool, "waiting"))
+    await asyncio.sleep(0.005)
+    assert pool.waiting == 1
+    pool._wake()  # what a freed slot does, in the step the waiter is cancelled
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    await busy
+    assert engine(pool).counters.started == 1
+    assert_idle(pool)
