@@ -26,7 +26,8 @@ def test_a_batch_under_a_saturating_interactive_load_completes() -> None:
         config["engines"]["fake-small"]["max_inflight"] = SLOTS
         # A batch line that cannot get a slot for 0.5 s goes back to the runner (503),
         # which waits and asks again: it must not become an error line.
-        config["tiers"]["small"]["pool"] = {"wait_timeout_s": 0.5, "preempt_after_s": 0.02}
+        pool_spec = {"wait_timeout_s": 0.5, "preempt_after_s": 0.01, "batch_share": 0.75}
+        config["tiers"]["small"]["pool"] = pool_spec
         config["batches"]["concurrency"] = SLOTS
         with running_gateway(config) as gateway:
             client = openai.OpenAI(
@@ -63,6 +64,7 @@ def test_a_batch_under_a_saturating_interactive_load_completes() -> None:
             assert ended.request_counts is not None
             assert (ended.request_counts.completed, ended.request_counts.failed) == (12, 0)
             pool = gateway.state.parts.pools["small"]
+            assert (pool.settings.preempt_after_s, pool.settings.batch_share) == (0.01, 0.75)
             replica = pool.replicas[0]
             assert (replica.inflight, replica.batch_inflight, pool.batch_waiting) == (0, 0, 0)
             # Lines were held back: preempted, or sent back to the runner after a wait.
