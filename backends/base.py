@@ -46,6 +46,9 @@ class GenerationRequest:
     passthrough: Mapping[str, Any] = field(default_factory=dict)
     # The client wants one answer, not a stream: an engine that can fetch it whole may.
     whole: bool = False
+    # ``batch``: a batch line. The pool runs it in spare slots only (backends/pool.py); an
+    # engine with a priority scheduler of its own (vLLM's) also ranks it after interactive.
+    priority: Priority = "interactive"
 
 
 # What an engine may declare in ``capabilities``: the OpenAI request fields beyond the ones

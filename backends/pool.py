@@ -36,7 +36,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 
 from backends.affinity import PrefixIndex, block_keys, canonical_prompt
-from backends.base import Chunk, GenerationRequest, Priority
+from backends.base import Chunk, GenerationRequest
 from backends.errors import EngineOverloaded, EngineUnavailable, UpstreamFailed
 from backends.replica import Replica
 
@@ -313,7 +313,6 @@ class EnginePool:
         self,
         request: GenerationRequest,
         info: StreamInfo | None = None,
-        priority: Priority = "interactive",
         held: tuple[str, int] | None = None,
     ) -> AsyncIterator[Chunk]:
         """Stream from one replica; before the first chunk, overload or death moves to
@@ -327,7 +326,7 @@ class EnginePool:
         keys = block_keys(canonical_prompt(request), block)
         info.prefix_blocks = len(keys)
         blocks = None if held is None else (held[0], held[1] // block)
-        batch = priority == "batch"
+        batch = request.priority == "batch"
         give_up = asyncio.get_running_loop().time() + self.settings.wait_timeout_s
         whole: list[Chunk] = []
         while True:

@@ -150,6 +150,10 @@ class VllmEngine:
         self.device_ids = tuple(device_ids) if device_ids is not None else None
         self.env = dict(env or {})
         self.args = {**options, **(engine_args or {})}
+        # ``engine_args: {scheduling_policy: priority}``: vLLM's scheduler runs a batch line
+        # after waiting interactive requests and preempts it first under KV-cache pressure
+        # (lower runs first; any priority but 0 is an error under the default, fcfs).
+        self._ranked = self.args.get("scheduling_policy") == "priority"
         self.default_max_tokens = default_max_tokens
         self._engine: Any = None
         self._dead = False
@@ -278,6 +282,9 @@ class VllmEngine:
         sampling = vreq.to_sampling_params(max_tokens, defaults)
         return _Prepared(prompt, sampling, vreq, parser, prompt_ids)
 
+    def _rank(self, request: GenerationRequest) -> int:
+        return 1 if self._ranked and request.priority == "batch" else 0
+
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
         from vllm.exceptions import GracefulHTTPError, VLLMClientError
         from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
@@ -300,7 +307,9 @@ class VllmEngine:
         finished = False
         try:
             async with contextlib.aclosing(
-                engine.generate(prep.prompt, prep.sampling, request_id)
+                engine.generate(
+                    prep.prompt, prep.sampling, request_id, priority=self._rank(request)
+                )
             ) as outputs:
                 async for output in outputs:
                     piece = output.outputs[0]

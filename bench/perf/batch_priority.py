@@ -98,7 +98,7 @@ class Result:
     preempted: int = 0
 
 
-def request(kind: str, tokens: int) -> GenerationRequest:
+def request(kind: str, tokens: int, priority: Priority = "interactive") -> GenerationRequest:
     """``kind`` ("i" or "b") starts the id: the tally reads the class from it."""
     words = " ".join(uuid.uuid4().hex[:4] for _ in range(4))
     return GenerationRequest(
@@ -106,6 +106,7 @@ def request(kind: str, tokens: int) -> GenerationRequest:
         model="bench",
         sampling=SamplingParams(max_tokens=tokens, temperature=0.0),
         messages=({"role": "user", "content": f"Write a long story about {words}."},),
+        priority=priority,
     )
 
 
@@ -140,7 +141,7 @@ async def batch_worker(
 ) -> None:
     while lines:
         lines.pop()
-        async for _ in pool.stream(request("b", tokens), priority=priority):
+        async for _ in pool.stream(request("b", tokens, priority)):
             pass
         result.batch_lines += 1
 

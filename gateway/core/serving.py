@@ -216,9 +216,8 @@ class Run:
         while True:
             tier = self.decision.tier
             info = StreamInfo()
-            request, priority = self._engine_request(self.decision), self.routed.priority
-            held = self._held(tier)
-            stream = self.pools[tier].stream(request, info, priority=priority, held=held)
+            request, held = self._engine_request(self.decision), self._held(tier)
+            stream = self.pools[tier].stream(request, info, held=held)
             self.progress.dispatched = True
             try:
                 with timed("engine"):
@@ -277,6 +276,7 @@ class Run:
             generation,
             model=decision.pinned_model or generation.model,
             whole=not self.routed.stream,
+            priority=self.routed.priority,
             sampling=replace(generation.sampling, max_tokens=cap),
         )
 

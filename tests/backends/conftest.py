@@ -74,12 +74,14 @@ def vllm_options(model_path: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def vllm_engines(engine_loop: LoopThread, tiny_llama: Path) -> Iterator[list[Any]]:
-    """Two AsyncLLM engines in this one process, started together."""
+    """Two AsyncLLM engines in this one process, started together; the second schedules
+    by priority (equal priorities: first come, first served, as the first)."""
     from backends.vllm import VllmEngine
 
+    policies = [{}, {"engine_args": {"scheduling_policy": "priority"}}]
     engines = [
-        VllmEngine(name=f"vllm-{i}", model="tiny-llama", **vllm_options(tiny_llama))
-        for i in range(2)
+        VllmEngine(name=f"vllm-{i}", model="tiny-llama", **vllm_options(tiny_llama), **policy)
+        for i, policy in enumerate(policies)
     ]
 
     async def start() -> None:

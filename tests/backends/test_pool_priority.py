@@ -29,12 +29,13 @@ def pool_of(slots: int, token_delay_s: float, **settings: object) -> EnginePool:
     )
 
 
-def request(tag: str) -> GenerationRequest:
+def request(tag: str, priority: Priority = "interactive") -> GenerationRequest:
     return GenerationRequest(
         request_id=uuid.uuid4().hex,
         model="fake",
         sampling=SamplingParams(max_tokens=TOKENS),
         messages=({"role": "user", "content": tag},),
+        priority=priority,
     )
 
 
@@ -43,7 +44,7 @@ async def served(
 ) -> tuple[float, list[Chunk]]:
     """Seconds to the first chunk, and every chunk."""
     started, first, chunks = time.monotonic(), 0.0, []
-    async for chunk in pool.stream(request(tag), priority=priority):
+    async for chunk in pool.stream(request(tag, priority)):
         if not chunks:
             first = time.monotonic() - started
             if order is not None:

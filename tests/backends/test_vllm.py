@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from backends.base import Chunk
+from backends.base import Chunk, Priority
 from tests.backends.conftest import LoopThread
 from tests.backends.test_contract import chat, collect, long_prefix
 
@@ -139,3 +139,39 @@ def test_gateway_over_in_process_vllm(vllm_gateway: Any) -> None:
         while (engine.unfinished() or not engine.counters.aborted) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert engine.unfinished() == 0 and engine.counters.aborted >= 1
+
+
+def test_a_batch_line_waits_behind_an_interactive_request_in_vllms_scheduler(
+    vllm_engines: list[Any], engine_loop: LoopThread
+) -> None:
+    """Every sequence slot busy with batch lines, more batch lines waiting: the interactive
+    request that arrives last takes the first slot that frees (vLLM's priority policy), where
+    first come, first served gives it to the batch line that waited longest."""
+    from dataclasses import replace
+
+    engine = vllm_engines[1]  # scheduling_policy: priority
+    slots = engine.args["max_num_seqs"]
+    order: list[str] = []
+    running = asyncio.Event()  # every slot has started a line
+
+    async def run(tag: str, tokens: int, priority: Priority) -> None:
+        request = replace(chat(tag, max_tokens=tokens, temperature=0.0), priority=priority)
+        async for _ in engine.stream(request):
+            if tag not in order:
+                order.append(tag)
+                if len(order) == slots:
+                    running.set()
+
+    async def scenario() -> None:
+        # One short line frees the first slot (after 16 tokens); the others hold theirs.
+        lines = [asyncio.create_task(run("short", 16, "batch"))]
+        lines += [asyncio.create_task(run(f"long{i}", 128, "batch")) for i in range(slots - 1)]
+        await running.wait()
+        lines += [asyncio.create_task(run(f"late{i}", 8, "batch")) for i in range(2)]
+        await asyncio.sleep(0.05)  # queued before the interactive request
+        lines.append(asyncio.create_task(run("interactive", 8, "interactive")))
+        await asyncio.gather(*lines)
+
+    engine_loop.run(scenario(), timeout=300)
+    assert order.index("interactive") < order.index("late0"), order
+    assert engine.unfinished() == 0
