@@ -336,6 +336,7 @@ def create_app(
         gc.freeze()
         thresholds = gc.get_threshold()
         gc.set_threshold(GC_YOUNG_THRESHOLD, *thresholds[1:])
+        stack.enter_context(state.parts.metrics.gc_pauses.watching())  # /metrics: GC pauses
         log.info(
             "tiergate ready: tiers %s, store %s", list(state.parts.pools), state.parts.store.kind
         )

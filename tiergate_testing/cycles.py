@@ -16,6 +16,7 @@ httpx make some). Used by ``tests/gateway/test_reference_cycles.py`` and, as a r
 
 from __future__ import annotations
 
+import copy
 import gc
 import http.client
 import json
@@ -75,6 +76,25 @@ def passthrough_config(upstream_url: str) -> dict[str, Any]:
     }
 
 
+def routed_config(upstream_url: str) -> dict[str, Any]:
+    """``auto`` over three tiers (each passing through to the upstream's ``bench-0ms``),
+    through the classifier (the shipped model) and both caches, on the in-process store."""
+    config = passthrough_config(upstream_url)
+    options = {"api_base": upstream_url, "api_key": "sk-upstream", "upstream_model": "bench-0ms"}
+    tiers = ("small", "medium", "large")
+    config["engines"] = {
+        tier: {"backend": "openai", "model": tier, "options": options} for tier in tiers
+    }
+    config["tiers"] = {tier: {"engines": [tier]} for tier in tiers}
+    config["prices"] = {
+        tier: {"input": 0.1 * 10**i, "output": 0.2 * 10**i} for i, tier in enumerate(tiers)
+    }
+    config["routing"] = {"classifier": {}}
+    config["cache"] = {"semantic": True}
+    config["tenants"]["acme"]["cache"] = {"max_temperature": 2.0}
+    return config
+
+
 @contextmanager
 def upstream_process() -> Iterator[str]:
     """The fake upstream (``python -m tiergate_testing.upstream``); yields its ``/v1`` URL."""
@@ -97,6 +117,19 @@ def gateway_on_uvloop(config: Mapping[str, Any]) -> Iterator[RunningGateway]:
     loop's socket transports make a cycle per connection of their own)."""
     with running_gateway(dict(config), new_loop=uvloop.new_event_loop) as gateway:
         yield gateway
+
+
+def varied(route: Route, i: int) -> dict[str, Any]:
+    """``route``'s body with a prompt no other request sends (``i`` and the clock): no
+    cache hit, and the ``auto`` path embeds and classifies each."""
+    body = copy.deepcopy(route.body)
+    text = f"Say hello in two words. ({i} {time.monotonic_ns()})"
+    if "prompt" in body:
+        body["prompt"] = text
+    else:
+        key = "input" if "input" in body else "messages"
+        body[key] = [{"role": "user", "content": text}]
+    return body
 
 
 @dataclass(frozen=True)
@@ -122,7 +155,8 @@ class Probe:
         self.headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
         self.connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
 
-    def send(self, route: Route, body: dict[str, Any] | None = None) -> None:
+    def send(self, route: Route, body: dict[str, Any] | None = None) -> dict[str, str]:
+        """The answer's headers (its body read to the end)."""
         if route.fresh_connection:
             self.connection.close()
             self.connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
@@ -132,13 +166,13 @@ class Probe:
         data = answer.read()
         if answer.status != 200:
             raise AssertionError(f"{route.path} answered {answer.status}: {data[:300]!r}")
+        return dict(answer.getheaders())
 
     def garbage(self, route: Route, requests: int = 50, warmup: int = 5) -> Garbage:
         """Cyclic garbage left by ``requests`` requests of ``route`` after ``warmup``
-        (first-use caches, lazy imports). Each request has a prompt of its own (no
-        cache hit; the ``auto`` path embeds and classifies each)."""
+        (first-use caches, lazy imports), each with a prompt of its own (``varied``)."""
         for i in range(warmup):
-            self.send(route, self._varied(route, -1 - i))
+            self.send(route, varied(route, -1 - i))
         self.connection.close()  # the count includes one connection's end (a new one next)
         time.sleep(0.1)  # the server sees the close meanwhile
         was_enabled = gc.isenabled()
@@ -147,7 +181,7 @@ class Probe:
         gc.set_debug(gc.DEBUG_SAVEALL)  # keep what is found, to say what it is
         try:
             for i in range(requests):
-                self.send(route, self._varied(route, i))
+                self.send(route, varied(route, i))
             self.connection.close()
             time.sleep(0.2)  # settlement after the last byte (``on_close``) runs meanwhile
             found = gc.collect()
@@ -158,14 +192,3 @@ class Probe:
             if was_enabled:
                 gc.enable()
         return Garbage(requests, found, kinds)
-
-    @staticmethod
-    def _varied(route: Route, i: int) -> dict[str, Any]:
-        body = json.loads(json.dumps(route.body))
-        text = f"Say hello in two words. ({i} {time.monotonic_ns()})"
-        if "prompt" in body:
-            body["prompt"] = text
-        else:
-            key = "input" if "input" in body else "messages"
-            body[key] = [{"role": "user", "content": text}]
-        return body

@@ -20,8 +20,10 @@ from tiergate_testing.cycles import (
     Probe,
     gateway_on_uvloop,
     passthrough_config,
+    routed_config,
     routes,
     upstream_process,
+    varied,
 )
 from tiergate_testing.gateways import RunningGateway
 
@@ -59,33 +61,18 @@ def test_a_passthrough_request_leaves_no_cyclic_garbage(
 
 @pytest.fixture(scope="module")
 def routed(upstream: str) -> Iterator[RunningGateway]:
-    """``auto`` over three tiers (each passing through to the upstream's ``bench-0ms``)
-    through the classifier (the shipped model) and both caches, on the in-process store."""
-    config = passthrough_config(upstream)
-    options = config["engines"]["bench-0ms"]["options"]
-    tiers = ("small", "medium", "large")
-    config["engines"] = {
-        tier: {
-            "backend": "openai",
-            "model": tier,
-            "options": {**options, "upstream_model": "bench-0ms"},
-        }
-        for tier in tiers
-    }
-    config["tiers"] = {tier: {"engines": [tier]} for tier in tiers}
-    config["prices"] = {
-        tier: {"input": 0.1 * 10**i, "output": 0.2 * 10**i} for i, tier in enumerate(tiers)
-    }
-    config["routing"] = {"classifier": {}}
-    config["cache"] = {"semantic": True}
-    config["tenants"]["acme"]["cache"] = {"max_temperature": 2.0}
+    os.environ.setdefault("TIERGATE_TEST_KEY", TEST_KEY)
+    config = routed_config(upstream)
     with gateway_on_uvloop(config) as gateway:
         yield gateway
 
 
 @pytest.mark.parametrize("name", list(ROUTED))
 def test_a_routed_request_leaves_no_cyclic_garbage(routed: RunningGateway, name: str) -> None:
-    garbage = Probe(routed).garbage(ROUTED[name], REQUESTS)
+    probe = Probe(routed)
+    route = ROUTED[name]
+    assert "x-tiergate-complexity" in probe.send(route, varied(route, -1))  # it was classified
+    garbage = probe.garbage(route, REQUESTS)
     assert garbage.objects <= BOUND, (
         f"auto {name}: {garbage.per_request:.1f} objects in reference cycles per request: "
         + garbage.top()
