@@ -66,6 +66,11 @@ FEATURES = frozenset(
 )
 
 
+# Passthrough fields an engine that cannot forward may leave out: the pool honours them
+# (``prompt_cache_key`` names a conversation, which goes to the replica holding its prefix).
+POOL_HONOURED = frozenset({"prompt_cache_key"})
+
+
 def requested_features(request: GenerationRequest) -> dict[str, str]:
     """The features this request uses → the request field that names each (for the 400)."""
     used: dict[str, str] = {}
@@ -85,8 +90,9 @@ def requested_features(request: GenerationRequest) -> dict[str, str]:
         used["frequency_penalty"] = "frequency_penalty"
     if request.sampling.presence_penalty:
         used["presence_penalty"] = "presence_penalty"
-    if request.passthrough:
-        used["passthrough"] = sorted(request.passthrough)[0]
+    forwarded = sorted(set(request.passthrough) - POOL_HONOURED)
+    if forwarded:
+        used["passthrough"] = forwarded[0]
     return used
 
 

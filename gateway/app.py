@@ -48,7 +48,7 @@ from gateway.money.hold import Money
 from gateway.ops import endpoints as ops
 from gateway.responses import endpoints as responses
 from gateway.routing.objective import ObjectiveLambda
-from gateway.routing.route import Router
+from gateway.routing.router import Router
 from gateway.routing.sessions import Sessions
 from gateway.routing.target_share import TargetShares
 from gateway.state import GatewayState
@@ -261,7 +261,9 @@ async def _load_classifier(config: GatewayConfig, notes: list[str]) -> RoutingMo
 async def _served_embedder(
     config: GatewayConfig, routing: RoutingModels | None, notes: list[str]
 ) -> ServedEmbedder | None:
-    """The classifier's embedder for ``/v1/embeddings``, when a model there is local."""
+    """The classifier's embedder for ``/v1/embeddings``, when a model there is local. The
+    model served there is MiniLM: under the static embedder (routing's own, distilled from
+    it, other vectors), MiniLM is loaded beside it for this route."""
     spec = config.routing.classifier
     if spec is None or not any(e.engine is None for e in config.embeddings.values()):
         return None
@@ -271,10 +273,15 @@ async def _served_embedder(
         notes.append(note)
         return None
     from routers.embedding import EmbedderUnavailable
+    from routers.setup import serving_embedder
     from routers.wordpiece import serve_embedder
 
     try:
-        return await asyncio.to_thread(serve_embedder, routing.embedder, spec.max_tokens)
+        embedder = routing.embedder
+        if spec.embedder == "static":
+            minilm = spec.model_copy(update={"embedder": "onnx"})
+            embedder = await asyncio.to_thread(serving_embedder, minilm)
+        return await asyncio.to_thread(serve_embedder, embedder, spec.max_tokens)
     except EmbedderUnavailable as exc:
         log.error("the in-process embedding model is off: %s", exc)
         notes.append(f"the in-process embedding model is off: {exc}")
@@ -290,6 +297,9 @@ async def close_state(state: GatewayState) -> None:
     replicas = [r for group in parts.replicas.values() for r in group]
     await asyncio.gather(*(r.aclose() for r in replicas), return_exceptions=True)
     await close_cache(parts.cache, parts.router.embedder)
+    served = parts.served_embedder
+    if served is not None and served.embedder is not parts.router.embedder:
+        await served.embedder.aclose()  # MiniLM beside the static embedder
     journal = parts.money.journal
     if journal.pending:  # one last try; what is left is replayed at the next start
         await journal.replay()

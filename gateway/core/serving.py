@@ -30,7 +30,8 @@ from gateway.errors import ApiError, GatewayTimeout, from_engine_error
 from gateway.learning.service import Feedback
 from gateway.money.hold import Hold, Money, refusal
 from gateway.money.outcome import conclude
-from gateway.routing.route import Router, embedding_of, route
+from gateway.routing.route import embedding_of, route
+from gateway.routing.router import Router
 from gateway.routing.sessions import Sessions, SessionWatch
 from gateway.telemetry import observe
 from gateway.telemetry.metrics import GatewayMetrics

@@ -13,20 +13,15 @@ a refit swapped in mid-request does not reach it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from backends.base import GenerationRequest
-from backends.pool import Replica
 from gateway.errors import InvalidRequest, ModelNotFound, PermissionDenied
 from gateway.routing.capabilities import fit_tier
-from gateway.routing.objective import ObjectiveLambda
+from gateway.routing.router import Router, served_quality
 from gateway.routing.session_route import SessionPlan, plan_session, record_session, session_turn
-from gateway.routing.sessions import Sessions
-from gateway.routing.target_share import TargetShares
 from gateway.telemetry.timing import timed
 from gateway.types import Ask, RoutedRequest
 from policies.schema import GatewayConfig
@@ -40,35 +35,13 @@ from routers.decision import (
     UnknownTier,
     decide,
 )
-from routers.embedding import Embedder, EmbeddingOnce, last_user_text
+from routers.embedding import EmbeddingOnce, last_user_text
 from routers.features import message_text, prompt_messages
 from routers.objective import TierChoice
 from routers.session_policy import SessionTurn
-from routers.tier_quality import QualitySource, ServedQuality
+from routers.tier_quality import ServedQuality
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Router:
-    """What routing uses, built once at startup."""
-
-    classifier: Classifier | None  # None: ``auto`` goes to the tenant's default tier
-    embedder: Embedder | None  # shared by the classifier and the semantic cache
-    shares: TargetShares | None  # ``routing.target_share``: thresholds from traffic
-    replicas: Mapping[str, Sequence[Replica]]  # what each tier's engines honour
-    background: set[asyncio.Task[None]]  # the share sketch's sync tasks
-    objective: ObjectiveLambda | None = None  # ``routing.objective``: λ from traffic
-    quality: QualitySource | None = None  # ``routing.feedback``: the serving refit
-    sessions: Sessions | None = None  # ``routing.sessions``: an agent's turns as one session
-
-
-def served_quality(config: GatewayConfig, router: Router) -> ServedQuality | None:
-    """The per-tier model this request routes by: the feedback loop's serving one when the
-    loop is on (None: the classifier's own). Read once per request."""
-    if config.routing.feedback is None or router.quality is None:
-        return None
-    return router.quality.served()
 
 
 async def _complexity(

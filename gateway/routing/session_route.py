@@ -25,9 +25,9 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from gateway.routing.objective import expected_costs, prefix_costs
+from gateway.routing.router import Router
 from gateway.routing.sessions import RETRIED, Opened
 from gateway.types import Ask
 from policies.schema import GatewayConfig
@@ -56,9 +56,6 @@ from routers.session_policy import (
     movable_tiers,
 )
 from routers.tier_quality import ServedQuality
-
-if TYPE_CHECKING:
-    from gateway.routing.route import Router
 
 log = logging.getLogger(__name__)
 

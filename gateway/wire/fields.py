@@ -7,6 +7,10 @@ that forwards the request to an OpenAI-compatible server honours it (400 elsewhe
 field not listed here is treated the same way. ``info``: accepted everywhere, it changes
 no output (an end-user id for the operator's logs; ``metadata``, recorded on the
 request's ledger event and trace, and sent to an engine only alongside ``store: true``).
+``session``: honoured on every backend by the gateway itself, which routes one
+conversation as one session, to the replica holding its prefix (``routers/session.py``,
+``backends/pool.py``); forwarded as well by engines that forward, whose server keys its own
+prompt cache on it.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ CHAT_FIELDS: dict[str, str] = {
     "store": "passthrough",
     "metadata": "info",  # bounded as OpenAI bounds it (gateway.wire.common.Metadata)
     "web_search_options": "passthrough",
-    "prompt_cache_key": "passthrough",
+    "prompt_cache_key": "session",
     "safety_identifier": "passthrough",
     "functions": "passthrough",
     "function_call": "passthrough",

@@ -417,3 +417,23 @@ def test_without_the_classifiers_embedder_the_local_model_is_404(tmp_path: Any) 
         assert answer.status_code == 404, answer.text
         assert answer.json()["error"]["code"] == "model_not_found"
         assert ledger(gateway) == []  # nothing admitted, nothing charged
+
+
+def test_minilm_is_served_under_its_name_when_routing_runs_static(
+    gateway: RunningGateway, upstream: Upstream
+) -> None:
+    """Routing on the static embedder (other vectors, 256 wide) leaves ``/v1/embeddings``
+    serving MiniLM: the same vectors as the MiniLM gateway's, from its own instance."""
+    config = embeddings_config(upstream.base_url)
+    config["routing"]["classifier"]["embedder"] = "static"
+    texts = ["The cat sat on the mat.", "Budgets are reserved first."]
+    expected = client(gateway).embeddings.create(model=MINILM, input=texts)
+    with running_gateway(config) as static:
+        parts = static.state.parts
+        assert parts.router.embedder is not None
+        assert parts.router.embedder.name.startswith("static-")
+        answer = client(static).embeddings.create(model=MINILM, input=texts)
+        assert answer.model == MINILM
+        assert {len(d.embedding) for d in answer.data} == {384}
+        got = np.array([d.embedding for d in answer.data])
+        assert np.allclose(got, [d.embedding for d in expected.data], atol=1e-5)
