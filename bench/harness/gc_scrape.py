@@ -27,9 +27,12 @@ def scrape(base_url: str) -> GcTotals | None:
     """The process's totals since it started (all generations); None where the gateway
     exports none (a branch without the metric)."""
     try:
-        text = httpx.get(base_url + "/metrics", timeout=10.0).text
+        answer = httpx.get(base_url + "/metrics", timeout=10.0)
     except httpx.HTTPError:
         return None
+    if answer.status_code != 200:  # a scrape token set: not this bench's configs
+        return None
+    text = answer.text
     totals, seen = GcTotals(), False
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
