@@ -11,14 +11,28 @@ waits in a bounded first-come-first-served queue (an arrival never takes a freed
 from a request already waiting); a full queue or a timed-out wait is ``EngineOverloaded``
 (OpenAI 503 with Retry-After). Overload or death before the first chunk moves the
 request to another replica; a dead replica is rebuilt in the background.
+
+Two priority classes. A ``batch`` request (a batch line) waits in its own queue and takes
+a slot only while no interactive request waits and its replica runs fewer than
+``batch_share x max_inflight`` batch lines; interactive waiters are always woken first.
+An interactive request that has waited ``preempt_after_s`` for a slot (every replica full)
+preempts the youngest running batch line: its engine request is cancelled, and it queues
+again and runs from the start. The short wait first lets a slot free up on its own (a
+replica of n slots running requests of L seconds frees one every L/n on average), which
+throws far fewer batch lines away for a few milliseconds of interactive wait. A batch
+line's answer is gathered whole before the caller sees any of it (batch callers want the
+whole answer anyway), so a preempted try leaves no trace but the engine time it used. A
+batch line waits ``wait_timeout_s`` in all, preemptions included, then is
+``EngineOverloaded`` (the batch runner waits and asks again).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 
 from backends.affinity import PrefixIndex, block_keys, canonical_prompt
@@ -42,6 +56,9 @@ class PoolSettings:
     prefix_block_chars: int = 256
     prefix_index_blocks: int = 65536
     rebuild_dead: bool = True
+    batch_share: float = 0.5  # batch lines on one replica: at most this share of its slots
+    # An interactive request that has waited this long preempts a batch line; None: never.
+    preempt_after_s: float | None = 0.02
 
 
 @dataclass(slots=True)
@@ -62,12 +79,17 @@ class _Waiter:
     wake: asyncio.Future[None]
 
 
+class _Preempted(Exception):
+    """A running batch line gave its slot to an interactive request; it runs again."""
+
+
 @dataclass(slots=True)
 class PoolCounters:
     picks: int = 0
     retries: int = 0
     queued: int = 0
     rejected: int = 0
+    preempted: int = 0  # batch lines cancelled for an interactive request (and run again)
     prefix_requests: int = 0  # picks for prompts with at least one full block
     prefix_hits: int = 0  # ... that went to a replica holding part of the prefix
 
@@ -85,8 +107,13 @@ class EnginePool:
         self.settings = settings or PoolSettings()
         self.counters = PoolCounters()
         self.index = PrefixIndex(self.settings.prefix_index_blocks)
-        self.waiting = 0  # requests in the queue (len of _queue; gauges read it)
+        self.waiting = 0  # interactive requests in the queue (len of _queue; gauges read it)
+        self.batch_waiting = 0  # batch lines in theirs
         self._queue: deque[_Waiter] = deque()
+        self._batch_queue: deque[_Waiter] = deque()
+        # Batch lines running, oldest first, and those cancelled whose slot is not yet free.
+        self._batch_runs: list[tuple[Replica, asyncio.Task[list[Chunk]]]] = []
+        self._preempting: set[asyncio.Task[list[Chunk]]] = set()
         self._turn = itertools.count()
 
     def add(self, replica: Replica) -> None:
@@ -146,6 +173,14 @@ class EnginePool:
                 best, chosen, chosen_match = rank, replica, matched
         return chosen, chosen_match
 
+    def _room(self, replica: Replica, batch: bool) -> int:
+        """Slots ``replica`` has for one more request of this class."""
+        room = replica.max_inflight - replica.inflight
+        if batch:
+            share = math.ceil(self.settings.batch_share * replica.max_inflight)
+            room = min(room, share - replica.batch_inflight)
+        return max(room, 0)
+
     async def _acquire(
         self,
         model: str | None,
@@ -153,23 +188,30 @@ class EnginePool:
         keys: Sequence[bytes],
         info: StreamInfo,
         held: Held | None = None,
+        batch_deadline: float | None = None,
     ) -> Replica:
         """Pick a healthy replica with room; wait (bounded, first come first served) while
         all are full. A request that arrives while others wait queues behind them, even if
-        a slot has just been freed: that slot is theirs."""
+        a slot has just been freed: that slot is theirs. A batch line (``batch_deadline``
+        set: when it gives up) also waits while any interactive request waits."""
         s = self.settings
+        batch = batch_deadline is not None
+        queue = self._batch_queue if batch else self._queue
         loop = asyncio.get_running_loop()
         waiter: _Waiter | None = None
-        deadline = 0.0
+        deadline = batch_deadline or 0.0
+        preempt_at: float | None = None  # when an interactive waiter may preempt
         try:
             while True:
                 candidates = self._candidates(model, exclude)
                 if not candidates:
                     raise EngineUnavailable(f"tier {self.tier!r} has no healthy replica")
-                free = [r for r in candidates if r.has_room()]
-                if free and (waiter is not None or not self._queue):
+                free = [r for r in candidates if self._room(r, batch)]
+                turn = waiter is not None or not queue
+                if free and turn and not (batch and self._queue):
                     chosen, matched = self._pick(free, keys, held)
                     chosen.inflight += 1
+                    chosen.batch_inflight += batch
                     self.counters.picks += 1
                     if keys:
                         self.counters.prefix_requests += 1
@@ -178,43 +220,94 @@ class EnginePool:
                     info.matched_blocks = matched
                     return chosen
                 if waiter is None:
-                    if len(self._queue) >= s.max_waiting:
+                    if not batch and len(queue) >= s.max_waiting:
                         self.counters.rejected += 1
                         raise EngineOverloaded(
                             f"tier {self.tier!r} is full ({self.waiting} waiting)",
                             s.retry_after_s,
                         )
                     waiter = _Waiter(loop.create_future())
-                    self._queue.append(waiter)
-                    self.waiting = len(self._queue)
+                    queue.append(waiter)
+                    self._count_waiting()
                     self.counters.queued += 1
-                    deadline = loop.time() + s.wait_timeout_s
+                    if not batch:
+                        deadline = loop.time() + s.wait_timeout_s
+                        if s.preempt_after_s is not None:
+                            preempt_at = loop.time() + s.preempt_after_s
                 elif waiter.wake.done():
                     waiter.wake = loop.create_future()
-                try:
-                    await asyncio.wait_for(waiter.wake, max(0.0, deadline - loop.time()))
+                until = deadline
+                if preempt_at is not None:
+                    if loop.time() >= preempt_at:
+                        self._preempt(candidates)
+                    else:
+                        until = min(until, preempt_at)
+                try:  # not ``wait_for``: on 3.11 it can swallow a cancellation
+                    async with asyncio.timeout_at(until):
+                        await waiter.wake
                 except TimeoutError:
+                    if loop.time() < deadline:
+                        continue  # time to preempt
                     self.counters.rejected += 1
                     raise EngineOverloaded(
                         f"tier {self.tier!r} queue wait timed out", s.retry_after_s
                     ) from None
         finally:
             if waiter is not None:
-                self._queue.remove(waiter)
-                self.waiting = len(self._queue)
+                queue.remove(waiter)
+                self._count_waiting()
                 # Room left (several slots freed, or this one gave up): the next may go.
-                if self._queue and any(r.has_room() for r in self.replicas):
+                if any(r.has_room() for r in self.replicas):
                     self._wake()
 
+    def _count_waiting(self) -> None:
+        self.waiting, self.batch_waiting = len(self._queue), len(self._batch_queue)
+
+    def _preempt(self, candidates: list[Replica]) -> None:
+        """Free a slot for a waiting interactive request: cancel the youngest batch line on
+        a replica it could use, one per waiting request (counting those cancelled already)."""
+        if len(self._preempting) >= len(self._queue):
+            return
+        for replica, task in reversed(self._batch_runs):
+            if replica in candidates and task not in self._preempting and task.cancel():
+                self._preempting.add(task)
+                self.counters.preempted += 1
+                return
+
     def _wake(self) -> None:
-        """Wake every queued request, oldest first: they run, and pick, in that order."""
-        for waiter in self._queue:
+        """Wake every interactive waiter, oldest first: they run, and pick, in that order.
+        Only when none waits, wake as many batch lines as there are batch slots."""
+        if self._queue:
+            waiters: Iterable[_Waiter] = self._queue
+        else:
+            room = sum(self._room(r, True) for r in self.replicas)
+            waiters = itertools.islice(self._batch_queue, room)
+        for waiter in waiters:
             if not waiter.wake.done():
                 waiter.wake.set_result(None)
 
-    def _release(self, replica: Replica) -> None:
+    def _release(self, replica: Replica, batch: bool) -> None:
         replica.inflight -= 1
+        replica.batch_inflight -= batch
         self._wake()
+
+    async def _run_batch(self, replica: Replica, request: GenerationRequest) -> list[Chunk]:
+        """A batch line's whole answer, gathered in a task that ``_preempt`` may cancel:
+        then ``_Preempted`` (the caller's own cancellation stays a cancellation)."""
+        task = asyncio.create_task(_gather(replica.engine.stream(request)))
+        run = (replica, task)
+        self._batch_runs.append(run)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if task in self._preempting and not (current and current.cancelling()):
+                raise _Preempted from None
+            raise
+        finally:
+            task.cancel()
+            self._batch_runs.remove(run)
+            self._preempting.discard(task)
 
     async def stream(
         self,
@@ -225,7 +318,8 @@ class EnginePool:
     ) -> AsyncIterator[Chunk]:
         """Stream from one replica; before the first chunk, overload or death moves to
         another. ``held``: (replica name, characters of this conversation's prefix) that
-        replica is known to hold from a session's last turn (``gateway/routing/sessions.py``)."""
+        replica is known to hold from a session's last turn (``gateway/routing/sessions.py``).
+        A ``batch`` request yields its chunks only once the engine has given them all."""
         info = info or StreamInfo()
         tried: set[Replica] = set()
         model = request.model if request.model in self.models() else None
@@ -233,16 +327,26 @@ class EnginePool:
         keys = block_keys(canonical_prompt(request), block)
         info.prefix_blocks = len(keys)
         blocks = None if held is None else (held[0], held[1] // block)
+        batch = priority == "batch"
+        give_up = asyncio.get_running_loop().time() + self.settings.wait_timeout_s
+        whole: list[Chunk] = []
         while True:
-            replica = await self._acquire(model, tried, keys, info, blocks)
+            replica = await self._acquire(
+                model, tried, keys, info, blocks, give_up if batch else None
+            )
             info.replica, info.model = replica.name, replica.engine.model
             info.attempts += 1
             started = False
             try:
+                if batch:
+                    whole = await self._run_batch(replica, request)
+                    break
                 async for chunk in replica.engine.stream(request):
                     started = True
                     yield chunk
                 return
+            except _Preempted:
+                continue
             except (EngineOverloaded, EngineUnavailable, UpstreamFailed) as exc:
                 died = not replica.healthy()
                 if died and self.settings.rebuild_dead:
@@ -257,4 +361,10 @@ class EnginePool:
                     raise
                 self.counters.retries += 1
             finally:
-                self._release(replica)
+                self._release(replica, batch)
+        for chunk in whole:
+            yield chunk
+
+
+async def _gather(stream: AsyncIterator[Chunk]) -> list[Chunk]:
+    return [chunk async for chunk in stream]

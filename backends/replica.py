@@ -28,6 +28,7 @@ class Replica:
     engine: Engine
     max_inflight: int = 256
     inflight: int = 0
+    batch_inflight: int = 0  # of which batch lines (``EnginePool``'s priority class)
     builder: EngineBuilder | None = None
     rebuild_attempts: int = 5
     rebuild_backoff_s: float = 1.0

@@ -231,6 +231,8 @@ def pool_settings(spec: PoolSpec) -> PoolSettings:
         prefix_block_chars=spec.prefix_block_chars,
         prefix_index_blocks=spec.prefix_index_blocks,
         rebuild_dead=spec.rebuild_dead,
+        batch_share=spec.batch_share,
+        preempt_after_s=spec.preempt_after_s,
     )
 
 

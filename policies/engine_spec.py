@@ -105,6 +105,11 @@ class PoolSpec(Frozen):
     prefix_block_chars: int = Field(256, ge=16)
     prefix_index_blocks: int = Field(65536, ge=16)
     rebuild_dead: bool = True
+    # Priority class (docs/batches.md): batch lines take at most this share of a replica's
+    # max_inflight; an interactive request that has waited preempt_after_s for a slot
+    # preempts the youngest of them (null: never).
+    batch_share: float = Field(0.5, gt=0, le=1)
+    preempt_after_s: float | None = Field(0.02, ge=0)
 
 
 class TierSpec(Frozen):

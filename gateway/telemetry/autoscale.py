@@ -7,7 +7,9 @@ otherwise hold. An HPA or KEDA reads the result as a gauge.
 
 Utilisation of a tier is the busier of two readings over its replicas: requests in
 flight against their ``max_inflight`` room, and the engines' KV-cache usage. A tier
-with requests queued in the gateway counts as fully used.
+with requests queued in the gateway counts as fully used. Batch lines are left out of
+the in-flight count (they only fill slots interactive traffic leaves idle, and give them
+back to it); the KV-cache reading still holds theirs.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def tier_utilisation(pool: EnginePool) -> float:
     if not replicas:
         return 0.0
     room = sum(r.max_inflight for r in replicas)
-    inflight = sum(r.inflight for r in replicas) / room if room else 0.0
+    inflight = sum(r.inflight - r.batch_inflight for r in replicas) / room if room else 0.0
     kv = sum(r.engine.load().kv_usage for r in replicas) / len(replicas)
     return min(max(inflight, kv), 1.0)
 

@@ -139,6 +139,9 @@ class GatewayMetrics:
         self.engine_inflight = gauge(
             "tiergate_engine_inflight", "Requests the gateway has in flight.", ("engine",)
         )
+        self.engine_batch = gauge(
+            "tiergate_engine_batch_inflight", "Of those, batch lines.", ("engine",)
+        )
         self.engine_kv = gauge(
             "tiergate_engine_kv_cache_usage_ratio", "KV-cache usage (0-1).", ("engine",)
         )
@@ -148,6 +151,9 @@ class GatewayMetrics:
         self.engine_healthy = gauge("tiergate_engine_healthy", "1 if healthy.", ("engine",))
         self.tier_queue = gauge(
             "tiergate_tier_queue_depth", "Requests waiting for a replica.", ("tier",)
+        )
+        self.tier_batch_queue = gauge(
+            "tiergate_tier_batch_queue_depth", "Batch lines waiting for a replica.", ("tier",)
         )
         self.tier_utilisation = gauge(
             "tiergate_tier_utilisation_ratio", "Tier utilisation (0-1).", ("tier",)
@@ -234,6 +240,7 @@ class GatewayMetrics:
                 self.engine_running.labels(name).set(load.running)
                 self.engine_waiting.labels(name).set(load.waiting)
                 self.engine_inflight.labels(name).set(replica.inflight)
+                self.engine_batch.labels(name).set(replica.batch_inflight)
                 self.engine_kv.labels(name).set(load.kv_usage)
                 self.engine_healthy.labels(name).set(1.0 if load.healthy else 0.0)
                 rate = prefix_hit_rate(replica.engine.counters.extra)
@@ -243,6 +250,7 @@ class GatewayMetrics:
         for tier, pool in pools.items():
             advice = self.autoscaler.advise(tier, len(pool.replicas), tier_utilisation(pool), now)
             self.tier_queue.labels(tier).set(pool.waiting)
+            self.tier_batch_queue.labels(tier).set(pool.batch_waiting)
             self.tier_utilisation.labels(tier).set(advice.utilisation)
             self.tier_p99.labels(tier).set(advice.p99_s)
             self.tier_replicas.labels(tier).set(advice.current)
