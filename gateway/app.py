@@ -98,8 +98,11 @@ FAMILIES: tuple[Family, ...] = (
 
 # Allocations (net of frees) that start a young-generation collection; CPython's 700 is
 # passed by the bursts of a few concurrent requests, whose live objects then get scanned
-# (and promoted, so full collections follow): about 5% of a passthrough request's CPU at
-# 16 concurrent, 10% at 64 (bench/perf/overhead.py). Cyclic garbage is still collected.
+# (and promoted, so full collections follow): ~10% more passthrough CPU and hundreds of
+# pauses a second (bench/experiments/gc_ab.py). The price of 50,000 is a long pause
+# (tens of ms: every stream waits) when one does run, which only objects left in
+# reference cycles bring about: a request leaves none (tests/gateway/test_reference_cycles.py;
+# docs/performance.md, "GC pauses and the stall"; ``tiergate_gc_pause_seconds`` shows any).
 GC_YOUNG_THRESHOLD = 50_000
 
 
@@ -348,6 +351,7 @@ def create_app(
         gc.freeze()
         thresholds = gc.get_threshold()
         gc.set_threshold(GC_YOUNG_THRESHOLD, *thresholds[1:])
+        stack.enter_context(state.parts.metrics.gc_pauses.watching())  # /metrics: GC pauses
         log.info(
             "tiergate ready: tiers %s, store %s", list(state.parts.pools), state.parts.store.kind
         )

@@ -116,10 +116,12 @@ def running_gateway(
     tracer_provider: Any = None,
     start_timeout_s: float = 120.0,
     server_options: Mapping[str, Any] | None = None,
+    new_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
 ) -> Iterator[RunningGateway]:
     """A real uvicorn server for ``config`` in a background thread, on its own loop (started
     once its engines are: ``start_timeout_s`` bounds that); ``server_options`` override
-    uvicorn settings (``http=`` a protocol class)."""
+    uvicorn settings (``http=`` a protocol class); ``new_loop`` makes the loop
+    (``uvloop.new_event_loop``: the one ``tiergate serve`` runs on)."""
     os.environ.setdefault("TIERGATE_TEST_KEY", TEST_KEY)
     os.environ.setdefault("TIERGATE_OTHER_KEY", OTHER_KEY)
     if isinstance(config, dict):
@@ -135,7 +137,7 @@ def running_gateway(
     gateway = RunningGateway(server, port)
 
     def serve() -> None:
-        loop = asyncio.new_event_loop()
+        loop = new_loop()
         gateway.loop = loop
         loop.run_until_complete(server.serve())
         loop.close()

@@ -54,6 +54,13 @@ def _values(runs: Runs, target: str, phase: str, key: str) -> list[float]:
     return [r[key] for r in runs.get(target, {}).get(phase, []) if r.get(key) is not None]
 
 
+def _per_target(
+    runs: Runs, phase: str, key: str
+) -> Callable[[str], tuple[float, float, float] | None]:
+    """A target's figure ``key`` in ``phase``: its median over rounds and their range."""
+    return lambda target: _stat(_values(runs, target, phase, key))
+
+
 def _added(runs: Runs, target: str, phase: str, key: str) -> list[float]:
     """Per round: the gateway's figure minus the direct call's from the same round."""
     mine, direct = _values(runs, target, phase, key), _values(runs, "direct", phase, key)
@@ -138,6 +145,23 @@ def render(
         _stat(_values(runs, "direct", "stream c64", "stalls")),
         digits=0,
     )
+    # The GC (tiergate's /metrics: bench/harness/gc_scrape.py): a young collection stops
+    # the loop, and every stream in flight with it (docs/performance.md, "GC pauses").
+    for phase in ("0ms c16", "stream c64"):
+        row(
+            f"GC pauses (collections), {phase}",
+            _per_target(runs, phase, "gc_collections"),
+            digits=0,
+        )
+        row(
+            f"GC: longest pause ms (at most), {phase}",
+            _per_target(runs, phase, "gc_longest_ms"),
+            digits=1,
+        )
+        row(
+            f"GC: objects freed (in cycles) per request, {phase}",
+            _per_target(runs, phase, "gc_collected_per_req"),
+        )
     row(
         "throughput req/s, closed loop 0ms c64",
         lambda g: _stat(_values(runs, g, "0ms c64", "throughput")),
@@ -179,7 +203,7 @@ def render(
     )
     errors = {g: sum(r["errors"] for p in runs.get(g, {}).values() for r in p) for g in runs}
 
-    out = [_table(header, rows), ""]
+    out = [markdown_table(header, rows), ""]
     out.append("errors in closed-loop phases: " + ", ".join(f"{g} {n}" for g, n in errors.items()))
     out.append(
         f"rounds {args.rounds} x {args.duration:.0f}s per phase (+{args.warmup:.1f}s "
@@ -211,7 +235,7 @@ def wire_table(runs: Runs) -> str:
             ratios = [o / c for o, c in zip(other, chat, strict=False) if c > 0]
             rows.append([f"{api}, {kind} c16", _fmt(_stat(other), 3), _fmt(_stat(ratios), 2)])
     header = ["tiergate passthrough", "CPU ms per request", "vs chat, per round"]
-    return "wire formats (medians [range] over rounds):\n" + _table(header, rows)
+    return "wire formats (medians [range] over rounds):\n" + markdown_table(header, rows)
 
 
 def pipeline_table(runs: Runs, note: str | None) -> str:
@@ -241,7 +265,7 @@ def pipeline_table(runs: Runs, note: str | None) -> str:
         line(f"stream first byte {q} ms, 0 ms stream c16", "pipe stream c16", f"ttfb_{q}_ms")
     header = ["full pipeline vs passthrough", "passthrough", *(
         ["LiteLLM"] if "litellm" in runs else []), "full pipeline (auto)"]  # fmt: skip
-    out = [_table(header, rows), ""]
+    out = [markdown_table(header, rows), ""]
     # Stage shares at concurrency 1: no queueing, so the stages add up to the overhead.
     timing_runs = runs["tiergate-pipeline"].get("pipe 0ms c1", [])
     added = _stat(_added(runs, "tiergate-pipeline", "pipe 0ms c1", "latency_p50_ms"))
@@ -281,11 +305,13 @@ def pipeline_table(runs: Runs, note: str | None) -> str:
         )
     if added is not None:
         stage_rows.append(["(added p50)", "gateway minus direct call", f"{added[0]:.3f}", "100%"])
-    out.append(_table(["stage", "what", "median ms (0ms c1)", "share of added p50"], stage_rows))
+    out.append(
+        markdown_table(["stage", "what", "median ms (0ms c1)", "share of added p50"], stage_rows)
+    )
     return "\n".join(out)
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = [
         "| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |",

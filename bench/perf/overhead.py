@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from bench.harness import report, targets
+from bench.harness import gc_scrape, report, targets
 from bench.harness.targets import Process
 from bench.perf.wire_formats import WIRE_FORMATS, wire_phases
 
@@ -118,6 +118,9 @@ class Bench:
         argv = [sys.executable, str(targets.HARNESS / "loadgen.py"), json.dumps(spec)]
         if self.args.client_core is not None:
             argv = ["taskset", "-c", str(self.args.client_core), *argv]
+        # tiergate's GC pauses over the phase (its /metrics, read outside the CPU window)
+        tiergate = target.name.startswith("tiergate")
+        gc_before = gc_scrape.scrape(target.base_url) if tiergate else None
         cpu_before = target.cpu_seconds() if target.name != "upstream" else 0.0
         embed_before = target.cpu_seconds(EMBED_WORKER) if target.name != "upstream" else 0.0
         others_before = self.other_cpu_seconds(target)
@@ -147,6 +150,12 @@ class Bench:
             )
             cores = len(os.sched_getaffinity(0))
             result["ceiling_rps"] = 1000 * cores / max(result["all_cpu_ms_per_req"], 1e-6)
+        if gc_before is not None:
+            result.update(gc_scrape.phase(gc_before, gc_scrape.scrape(target.base_url)))
+            if "gc_collected" in result:
+                result["gc_collected_per_req"] = result["gc_collected"] / max(
+                    result["completed_total"], 1
+                )
         return result
 
     def other_cpu_seconds(self, target: Process) -> dict[str, float]:
@@ -205,6 +214,12 @@ class Bench:
                         f"  round {round_no + 1} {phase.name:11} {name:18} "
                         f"p50 {_ms(result['latency_p50_ms'])} p99 {_ms(result['latency_p99_ms'])}"
                         f" {result['throughput']:7.0f} req/s  errors {result['errors']}"
+                        + (
+                            f"  GC {result['gc_collections']:.0f} pauses, longest <= "
+                            f"{result['gc_longest_ms']:g}ms"
+                            if "gc_collections" in result
+                            else ""
+                        )
                         + (
                             f"  (others used {100 * result['foreign_core_share']:.0f}% of the "
                             "gateway core)"

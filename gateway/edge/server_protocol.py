@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import logging
 import sys
+from collections.abc import Sized
 from typing import Any
 
 import orjson
@@ -28,6 +30,7 @@ from gateway.errors import ApiError, InvalidRequest, Overloaded
 
 MAX_REASON = 200  # characters of the parser's reason that reach the client
 BAD_REQUEST_CODE = "invalid_http_request"
+log = logging.getLogger("uvicorn.error")  # where uvicorn logs the limit it checks itself
 
 
 def base_protocol() -> type[asyncio.Protocol]:
@@ -74,6 +77,32 @@ def _both_lengths(headers: list[tuple[bytes, bytes]]) -> bool:
     return b"content-length" in names and b"transfer-encoding" in names
 
 
+class Admission:
+    """The app behind uvicorn's concurrency limit, answering past it (and a request with
+    both lengths) in JSON. It holds the server's shared sets of connections and tasks, not
+    the connection: a connection whose ``app`` held the connection (a bound method) would
+    be a reference cycle, garbage only the collector frees, one per connection."""
+
+    __slots__ = ("app", "connections", "limit", "tasks")
+
+    def __init__(self, app: Any, limit: int | None, connections: Sized, tasks: Sized) -> None:
+        self.app, self.limit, self.connections, self.tasks = app, limit, connections, tasks
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        limit = self.limit
+        if limit is not None and (len(self.connections) >= limit or len(self.tasks) - 1 >= limit):
+            log.warning("Exceeded concurrency limit.")
+            busy = Overloaded("the gateway has too many open connections; retry shortly")
+            await _answer(send, busy, (b"retry-after", b"1"))
+        elif _both_lengths(scope["headers"]):
+            reason = "Transfer-Encoding can't be present with Content-Length"
+            await _answer(
+                send, InvalidRequest(f"Invalid HTTP request: {reason}", code=BAD_REQUEST_CODE)
+            )
+        else:
+            await self.app(scope, receive, send)
+
+
 def gateway_protocol(
     timeout_s: float, base: type[asyncio.Protocol] | None = None
 ) -> type[asyncio.Protocol]:
@@ -86,34 +115,15 @@ def gateway_protocol(
 
         _deadline: asyncio.TimerHandle | None = None
         _due = 0.0  # loop time by which the next request's headers must be in
-        _limit: int | None = None
-        _inner: Any = None
         limit_concurrency: int | None  # uvicorn's, set in its __init__
         app: Any
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            # The limit is checked in ``_checked``, once the request's task exists
+            # The limit is checked in ``Admission``, once the request's task exists
             # (uvicorn checks it just before), so the answer past it can be JSON.
-            self._limit, self._inner = self.limit_concurrency, self.app
+            self.app = Admission(self.app, self.limit_concurrency, self.connections, self.tasks)
             self.limit_concurrency = None
-            self.app = self._checked
-
-        async def _checked(self, scope: Any, receive: Any, send: Any) -> None:
-            limit = self._limit
-            if limit is not None and (
-                len(self.connections) >= limit or len(self.tasks) - 1 >= limit
-            ):
-                self.logger.warning("Exceeded concurrency limit.")
-                busy = Overloaded("the gateway has too many open connections; retry shortly")
-                await _answer(send, busy, (b"retry-after", b"1"))
-            elif _both_lengths(scope["headers"]):
-                reason = "Transfer-Encoding can't be present with Content-Length"
-                await _answer(
-                    send, InvalidRequest(f"Invalid HTTP request: {reason}", code=BAD_REQUEST_CODE)
-                )
-            else:
-                await self._inner(scope, receive, send)
 
         def send_400_response(self, msg: str) -> None:
             """uvicorn's answer to a parse error, called from the ``except`` that caught

@@ -116,7 +116,12 @@ class ResponseExchange:
             session,
         )
         self.renderer: ResponseEvents | None = None
-        self.framing: Framing = named_events(self._failure)
+
+    @property
+    def framing(self) -> Framing:
+        """Built when the stream starts, not kept: an exchange holding a framing that holds
+        its bound ``_failure`` would be a reference cycle (garbage for the collector)."""
+        return named_events(self._failure)
 
     def echo(self, run: RunView) -> Echo:
         body, text = self.body, self.body.text

@@ -22,6 +22,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from backends.pool import EnginePool, Replica
 from gateway.telemetry.autoscale import Autoscaler, tier_utilisation
+from gateway.telemetry.gc_pauses import GcPauses
 from policies.schema import GatewayConfig
 
 TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0)
@@ -74,6 +75,9 @@ class GatewayMetrics:
         self._request_series()
         self._engine_series()
         self._batch_series()
+        # Fed by ``gc.callbacks`` while the lifespan serves (``gc_pauses.watching()``).
+        self.gc_pauses = GcPauses()
+        self.registry.register(self.gc_pauses)
 
     def _counter(self, name: str, doc: str, labels: Sequence[str]) -> Counter:
         return Counter(name, doc, tuple(labels), registry=self.registry)
