@@ -14,6 +14,7 @@ again lines a dead intake never queued, and removes what has expired.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -110,10 +111,11 @@ class BatchRunner:
         core.parts.metrics.batch_running.set(len(self.held))
         if not taken or len(self.held) >= spec.concurrency:
             self._room.clear()
-            try:
-                await asyncio.wait_for(self._room.wait(), spec.poll_s)
-            except TimeoutError:
-                pass
+            # Not ``wait_for``: on 3.11 it can swallow the shutdown's cancellation when it
+            # arrives with the wake-up, and this loop would run on (as in backends/pool.py).
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(spec.poll_s):
+                    await self._room.wait()
 
     def _start(self, line: QueuedLine) -> None:
         self.held[line.entry] = line
@@ -280,10 +282,8 @@ def _wait(spec: BatchesConfig, attempt: int, refused: Refused | None) -> float:
             "retry-after"
         )
         if hinted is not None:
-            try:
+            with contextlib.suppress(ValueError):  # an HTTP date: the backoff stands
                 wait = max(wait, min(float(hinted), MAX_WAIT_S))
-            except ValueError:
-                pass
     return wait
 
 

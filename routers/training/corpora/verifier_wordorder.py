@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from routers.training.corpora.cache_pair_rewrites import PARAPHRASES, SYNONYMS
+from routers.training.corpora.verifier_pairs import norm
 
 HERE = Path(__file__).resolve().parents[3] / "data"  # the checkout's data/ folder
 OUT = HERE / "verifier" / "wordorder_pairs.jsonl"
@@ -172,12 +173,8 @@ def kept_apart() -> set[str]:
     texts: set[str] = set()
     for line in (HERE / "verifier" / "eval_external.jsonl").read_text().splitlines():
         pair = json.loads(line)
-        texts |= {_norm(pair["a"]), _norm(pair["b"])}
+        texts |= {norm(pair["a"]), norm(pair["b"])}
     return texts
-
-
-def _norm(text: str) -> str:
-    return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
 
 
 def pairs(rng: random.Random) -> Iterator[dict[str, object]]:
@@ -209,7 +206,7 @@ def main() -> None:
     apart, seen, out = kept_apart(), set(), []
     for pair in pairs(random.Random(28)):
         key = (pair["a"], pair["b"])
-        if pair["a"] == pair["b"] or key in seen or {_norm(str(t)) for t in key} & apart:
+        if pair["a"] == pair["b"] or key in seen or {norm(str(t)) for t in key} & apart:
             continue
         seen.add(key)
         out.append(json.dumps({**pair, "source": "project"}) + "\n")
