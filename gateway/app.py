@@ -31,7 +31,7 @@ from gateway.chat import endpoints as chat
 from gateway.cluster.deployment import join_cluster
 from gateway.cluster.reload import install_sighup, remove_sighup
 from gateway.completions import endpoints as completions
-from gateway.core.serving import Collaborators, ServingCore
+from gateway.core.serving_core import Collaborators, ServingCore
 from gateway.edge.error_boundary import install_error_handling
 from gateway.edge.family import Family
 from gateway.edge.http import GatewayEndpoint

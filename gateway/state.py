@@ -1,7 +1,7 @@
 """What the lifespan builds, in one typed object: the app's container.
 
 Every collaborator a request uses is held once, in ``core`` (the config snapshot and
-the serving collaborators, ``gateway.core.serving``); each policy reload replaces the
+the serving collaborators, ``gateway.core.serving_core``); each policy reload replaces the
 core with one over the same collaborators and the new snapshot. The rest is what only
 startup and the admin side use: key resolution, the audit log, tracing, the startup
 notes, the admin-key throttle. Requests never see the state (a test walks every
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
-from gateway.core.serving import Collaborators, ServingCore
+from gateway.core.serving_core import Collaborators, ServingCore
 from gateway.telemetry.tracing import Tracing
 from gateway.throttle import GuessThrottle
 from policies.schema import GatewayConfig

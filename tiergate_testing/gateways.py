@@ -26,7 +26,7 @@ import uvicorn
 import yaml
 
 from gateway.app import create_app
-from gateway.core.serving import ServingCore
+from gateway.core.serving_core import ServingCore
 from gateway.edge.server import server_config
 from gateway.state import GatewayState
 from policies.schema import GatewayConfig

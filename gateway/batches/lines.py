@@ -23,7 +23,7 @@ import orjson
 
 from gateway.chat.render import CHAT
 from gateway.completions.render import COMPLETIONS
-from gateway.core.serving import ServingCore
+from gateway.core.serving_core import ServingCore
 from gateway.edge.respond import collect
 from gateway.embeddings.protocol import EmbeddingRequest
 from gateway.embeddings.serving import create_embeddings

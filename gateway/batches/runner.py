@@ -27,7 +27,7 @@ from gateway.batches.files import Files
 from gateway.batches.finish import finalize
 from gateway.batches.lines import Answered, LineMoney, Refused, answer, input_of, retryable
 from gateway.batches.results import refused_line, skipped_line, succeeded_line
-from gateway.core.serving import ServingCore
+from gateway.core.serving_core import ServingCore
 from gateway.errors import InvalidApiKey, Overloaded, RateLimited
 from gateway.telemetry.tracing import Tracing, active
 from policies.batches_spec import BatchesConfig

@@ -1,10 +1,4 @@
-"""The serving core: one per config snapshot, and the one run of each request on it.
-
-The lifespan builds the collaborators once (pools, the cache, the money's stores, the
-router's models, metrics) and a ``ServingCore`` over them and the config; each policy
-reload builds a new core over the same collaborators and the new snapshot. A request
-takes the core once, with its key lookup, and runs wholly on it: ``route(ask)`` (in
-``gateway.routing.route``), then ``run(routed)``:
+"""One request's run on the serving core (``gateway.core.serving_core``).
 
 admit (the request's ``Hold``: rate limit, budget) → the cache (its ``CacheProbe``), or
 a stream on the tier's pool (failing over along the tier chain before the first token)
@@ -18,100 +12,26 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, replace
-from functools import partial
+from dataclasses import replace
 
 from backends.base import Chunk, GenerationRequest
 from backends.errors import EngineError, EngineUnavailable
-from backends.pool import EnginePool, Replica, StreamInfo
+from backends.pool import EnginePool, StreamInfo
 from gateway.cache.record import CachedResponse, Recorder
-from gateway.cache.service import CacheProbe, Lookup, PromptCache
+from gateway.cache.service import CacheProbe, Lookup
 from gateway.errors import ApiError, GatewayTimeout, from_engine_error
 from gateway.learning.service import Feedback
 from gateway.money.hold import Hold, Money, refusal
 from gateway.money.outcome import conclude
-from gateway.routing.route import embedding_of, route
-from gateway.routing.router import Router
 from gateway.routing.sessions import Sessions, SessionWatch
 from gateway.telemetry import observe
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.telemetry.timing import current_timer, timed
 from gateway.telemetry.tracing import GENERATION, SETTLEMENT, current_trace
-from gateway.types import Ask, Charges, Outcome, Progress, Readiness, RoutedRequest
-from policies.schema import GatewayConfig
-from policies.stores.batch_bucket import Bucket
-from policies.stores.batch_records import BatchStore
-from policies.stores.responses import ResponseStore
-from policies.stores.store import Store
-from routers.decision import TierDecision, may_answer
-from routers.wordpiece import ServedEmbedder
+from gateway.types import Charges, Outcome, Progress, RoutedRequest
+from routers.decision import TierDecision
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Collaborators:
-    pools: Mapping[str, EnginePool]
-    replicas: dict[str, list[Replica]]  # discovered engine nodes join their engine's list
-    router: Router
-    money: Money
-    cache: PromptCache | None
-    metrics: GatewayMetrics
-    store: Store  # the shared store (typed sub-stores open from it)
-    served_embedder: ServedEmbedder | None  # the classifier's MiniLM, for /v1/embeddings
-    readiness: Readiness
-    responses: ResponseStore  # stored /v1/responses, per API key
-    batches: BatchStore  # files, batches, their lines and the shared line queue
-    feedback: Feedback | None = None  # ``routing.feedback``: records, shadows, refits
-    bucket: Bucket | None = None  # ``batches.s3``: files over ``batches.store_max_bytes``
-
-
-@dataclass(frozen=True, slots=True)
-class ServingCore:
-    config: GatewayConfig  # the snapshot every request on this core runs by
-    parts: Collaborators
-
-    def reconfigured(self, config: GatewayConfig) -> ServingCore:
-        """The core for a reloaded policy: the same collaborators, the new snapshot."""
-        return ServingCore(config, self.parts)
-
-    async def start(self, ask: Ask) -> Run:
-        """The request's cache lookups, its tier, and its ``Run`` (not yet admitted)."""
-        parts = self.parts
-        embedding = embedding_of(parts.router, ask.generation)
-        probe = None
-        if parts.cache is not None:
-            generation, control = ask.generation, ask.cache_control
-            admits = partial(_admits, self.config, ask)
-            probe = parts.cache.probe(
-                ask.principal, ask.requested_model, generation, control, embedding, admits
-            )
-        found = await probe.found() if probe is not None and probe.looks_up else None
-        cached = found is not None and found.response is not None
-        routed = await route(self.config, parts.router, ask, embedding, cached=cached)
-        return Run(
-            routed,
-            probe,
-            found,
-            parts.pools,
-            parts.money,
-            parts.metrics,
-            parts.feedback,
-            parts.router.sessions,
-        )
-
-    async def route(self, ask: Ask) -> RoutedRequest:
-        """The tier alone, as ``start`` would decide it (``/v1/route``, token counts): no
-        cache lookup, and the request is not counted as traffic."""
-        embedding = embedding_of(self.parts.router, ask.generation)
-        return await route(self.config, self.parts.router, ask, embedding, explain=True)
-
-
-def _admits(config: GatewayConfig, ask: Ask, hit: CachedResponse) -> bool:
-    """A cached answer this request could have had live (its scope, its named or forced
-    tier): the probe passes over every other."""
-    policy, model, forced = ask.principal.policy, ask.requested_model, ask.forced_tier
-    return may_answer(config, policy, model, forced, hit.tier, hit.model)
 
 
 class Run:

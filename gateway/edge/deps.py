@@ -22,7 +22,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from gateway.core.serving import ServingCore
+from gateway.core.serving_core import ServingCore
 from gateway.edge.http import TenantCall, bearer_key, tenant_call
 from gateway.edge.openapi import security_scheme
 from gateway.errors import InvalidApiKey

@@ -15,7 +15,7 @@ from starlette.responses import Response
 from starlette.routing import request_response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.core.serving import ServingCore
+from gateway.core.serving_core import ServingCore
 from gateway.edge.openapi import security_scheme
 from gateway.errors import (
     ApiError,

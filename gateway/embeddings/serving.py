@@ -18,7 +18,7 @@ from typing import Any
 from backends.base import EmbeddingEngine, Usage
 from backends.errors import EngineError
 from backends.pool import Replica
-from gateway.core.serving import ServingCore
+from gateway.core.serving_core import ServingCore
 from gateway.embeddings.protocol import EmbeddingRequest, embeddings_body
 from gateway.errors import (
     ApiError,

@@ -21,7 +21,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import get_current_span
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from gateway.core.serving import ServingCore
+from gateway.core.serving_core import ServingCore
 from gateway.mcp.names import Allowlist
 from policies.schema import GatewayConfig
 from policies.tenants import Principal

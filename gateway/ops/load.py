@@ -13,7 +13,7 @@ import orjson
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from gateway.core.serving import Collaborators
+from gateway.core.serving_core import Collaborators
 from gateway.edge.deps import TenantDep
 from gateway.edge.http import GatewayEndpoint
 from gateway.edge.openapi import errors

@@ -3,7 +3,7 @@ request's one shared embedding. Nothing here runs a model or looks at the cache.
 
 The config is the snapshot the request took at admission; it travels in the
 ``RoutedRequest`` and nothing after routing reads another. The serving core asks the
-cache first (``gateway.core.serving``); a request the cache answers is routed without
+cache first (``gateway.core.serving_core``); a request the cache answers is routed without
 classifying it (``cached``). The call to the router is ``_tier``: the score and per-tier predictions
 (``_complexity``), the objective's choice or the learned thresholds, then ``_decide``.
 The per-tier model is read once per request, as the config is: with ``routing.feedback``

@@ -12,6 +12,7 @@ PACKAGES = ("gateway", "routers", "backends", "policies")
 LIFECYCLE = {
     "gateway.money.hold",
     "gateway.core.serving",
+    "gateway.core.serving_core",
     "gateway.routing.route",
     "gateway.money.outcome",
     "gateway.telemetry.observe",
