@@ -7,6 +7,10 @@ on a replica, ``BUSY`` script, cluster down / slot not covered, a pool exhausted
 becomes ``StoreUnavailable`` here and nowhere else. Sub-stores get their key prefix
 from ``keys()``; the hash tag in it keeps each multi-key script inside one slot.
 
+On one server, single commands issued in the same turn of the event loop share one
+pipeline (``redis_pipelining``, on by default: ``policies/stores/redis_coalesce.py``);
+blocking readers get a client of their own (``sibling(blocking=True)``).
+
 On a cluster (``redis_cluster: true``) the URL is any seed node; pub/sub uses classic
 ``PUBLISH``, which a cluster delivers to the subscribers of every node.
 """
