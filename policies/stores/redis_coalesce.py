@@ -20,6 +20,7 @@ import asyncio
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
 
 Queued = tuple[tuple[Any, ...], dict[str, Any], asyncio.Future[Any]]
 
@@ -46,12 +47,23 @@ class CoalescingRedis(aioredis.Redis):
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
 
+    async def _replies(self, queued: list[Queued]) -> list[Any]:
+        """The replies in order, a command's error (``ResponseError``) in its place."""
+        if len(queued) == 1:  # alone in its turn: sent as it would have been, no pipeline
+            args, options, _ = queued[0]
+            try:
+                return [await super().execute_command(*args, **options)]  # type: ignore[no-untyped-call]
+            except ResponseError as exc:
+                return [exc]
+        async with self.pipeline(transaction=False) as pipe:
+            for args, options, _ in queued:
+                pipe.execute_command(*args, **options)
+            replies: list[Any] = await pipe.execute(raise_on_error=False)
+            return replies
+
     async def _pipeline(self, queued: list[Queued]) -> None:
         try:
-            async with self.pipeline(transaction=False) as pipe:
-                for args, options, _ in queued:
-                    pipe.execute_command(*args, **options)
-                replies = await pipe.execute(raise_on_error=False)
+            replies = await self._replies(queued)
         except BaseException as exc:  # the connection failed: every caller hears of it
             for _, _, reply in queued:
                 if reply.done():

@@ -63,6 +63,9 @@ async def test_one_commands_error_is_its_callers_alone(store: RedisStore) -> Non
     assert "WRONGTYPE" in str(results[0].__cause__)
     assert results[1:] == [None] * 5
     assert await store.get(f"{key}:4") == b"v"
+    with pytest.raises(StoreUnavailable) as alone:  # alone in its turn: no pipeline
+        await store.call("hget", store.client.hget, f"{key}:text", "field")
+    assert "WRONGTYPE" in str(alone.value.__cause__)
 
 
 async def test_a_script_missing_on_the_server_is_loaded_inside_a_pipeline(
@@ -71,6 +74,8 @@ async def test_a_script_missing_on_the_server_is_loaded_inside_a_pipeline(
     script = store.script(f"return ARGV[1] .. '{uuid.uuid4().hex}'")  # never loaded before
     replies = await asyncio.gather(*(script("echo", [], [str(i)]) for i in range(10)))
     assert [r.decode()[: len(str(i))] for i, r in enumerate(replies)] == [str(i) for i in range(10)]
+    alone = store.script(f"return ARGV[1] .. '{uuid.uuid4().hex}'")
+    assert (await alone("echo", [], ["alone"])).startswith(b"alone")  # no pipeline: alone
 
 
 async def test_a_cancelled_caller_leaves_the_others_their_replies(store: RedisStore) -> None:
