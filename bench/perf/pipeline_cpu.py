@@ -1,7 +1,7 @@
 """Where the CPU of one `auto` request goes: every process of the run, in ms per request.
 
     python -m bench.perf.pipeline_cpu [--seconds 8] [--rounds 3] [--concurrency 16]
-        [--json out.json]
+        [--stages] [--redis-pipelining] [--json out.json]
 
 Starts a private redis-server (so its CPU is this run's alone), the local 0 ms upstream,
 and tiergate twice: passthrough and the full pipeline (``bench/harness/pipeline-overlay.yaml``:
@@ -107,11 +107,17 @@ def _snapshot(
     }
 
 
-def variants(overlay: dict[str, Any], stages: bool) -> dict[str, dict[str, Any]]:
+def variants(
+    overlay: dict[str, Any], stages: bool, pipelining: bool = False
+) -> dict[str, dict[str, Any]]:
     """The full pipeline; with ``stages`` also without the cache, so the difference is the
     cache's CPU. (Budgets and the spend ledger run on Redis in both: every tier is priced.)
+    With ``pipelining`` also the full pipeline with ``redis_pipelining: false`` (every
+    Redis command in a round trip of its own), so the difference is what coalescing saves.
     The bench tenant's requests are cacheable only where ``tenants.bench.cache`` says so."""
     full = {"auto full pipeline": overlay}
+    if pipelining:
+        full = {"auto, redis pipelining off": {**overlay, "redis_pipelining": False}, **full}
     if not stages:
         return full
     tenant = overlay.get("tenants", {}).get("bench", {})
@@ -127,7 +133,7 @@ def start_gateways(
 ) -> dict[str, tuple[targets.Process, str]]:
     overlay = yaml.safe_load(args.overlay.read_text()) or {}
     configs = {"passthrough": (targets.tiergate_config(upstream.base_url), "bench-0ms")}
-    for name, layer in variants(overlay, args.stages).items():
+    for name, layer in variants(overlay, args.stages, args.redis_pipelining).items():
         configs[name] = (targets.pipeline_config(upstream.base_url, redis_url, layer), "auto")
     started: dict[str, tuple[targets.Process, str]] = {}
     for n, (name, (config, model)) in enumerate(configs.items()):
@@ -186,6 +192,11 @@ def main() -> int:
     parser.add_argument("--overlay", type=Path, default=targets.HARNESS / "pipeline-overlay.yaml")
     parser.add_argument("--logs", type=Path, default=Path("/tmp/tiergate-bench-cpu"))
     parser.add_argument("--stages", action="store_true", help="also the pipeline without cache")
+    parser.add_argument(
+        "--redis-pipelining",
+        action="store_true",
+        help="also the pipeline with redis_pipelining: false",
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f}", flush=True)

@@ -48,6 +48,7 @@ def open_store(config: GatewayConfig) -> Store:
             cluster=config.redis_cluster,
             timeout_s=config.redis_timeout_s,
             max_connections=config.redis_max_connections,
+            coalesce=config.redis_pipelining,
         )
     log.warning(
         "no redis_url configured: state lives in this process only "

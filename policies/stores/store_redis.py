@@ -7,6 +7,10 @@ on a replica, ``BUSY`` script, cluster down / slot not covered, a pool exhausted
 becomes ``StoreUnavailable`` here and nowhere else. Sub-stores get their key prefix
 from ``keys()``; the hash tag in it keeps each multi-key script inside one slot.
 
+On one server, single commands issued in the same turn of the event loop share one
+pipeline (``redis_pipelining``, on by default: ``policies/stores/redis_coalesce.py``);
+blocking readers get a client of their own (``sibling(blocking=True)``).
+
 On a cluster (``redis_cluster: true``) the URL is any seed node; pub/sub uses classic
 ``PUBLISH``, which a cluster delivers to the subscribers of every node.
 """
@@ -31,7 +35,9 @@ def redis_failures() -> tuple[type[BaseException], ...]:
     return (RedisError, RedisClusterException, OSError, asyncio.TimeoutError)
 
 
-def _client(url: str, *, cluster: bool, timeout_s: float, max_connections: int) -> Any:
+def _client(
+    url: str, *, cluster: bool, timeout_s: float, max_connections: int, coalesce: bool
+) -> Any:
     if cluster:
         from redis.asyncio.cluster import RedisCluster
 
@@ -52,7 +58,11 @@ def _client(url: str, *, cluster: bool, timeout_s: float, max_connections: int) 
         socket_connect_timeout=timeout_s,
         health_check_interval=30,
     )
-    return aioredis.Redis(connection_pool=pool)
+    if not coalesce:
+        return aioredis.Redis(connection_pool=pool)
+    from policies.stores.redis_coalesce import CoalescingRedis
+
+    return CoalescingRedis(connection_pool=pool)
 
 
 class RedisStore:
@@ -66,14 +76,20 @@ class RedisStore:
         cluster: bool = False,
         timeout_s: float = 0.5,
         max_connections: int = 64,
+        coalesce: bool = True,
     ) -> None:
         self.url = url
         self.root = root
         self.cluster = cluster
         self.timeout_s = timeout_s
         self.max_connections = max_connections
+        self.coalesce = coalesce
         self.client = _client(
-            url, cluster=cluster, timeout_s=timeout_s, max_connections=max_connections
+            url,
+            cluster=cluster,
+            timeout_s=timeout_s,
+            max_connections=max_connections,
+            coalesce=coalesce,
         )
         # A cluster client fails at once when a node's pool is full; waiting here for a
         # free slot gives it the blocking pool's behaviour.
@@ -86,15 +102,19 @@ class RedisStore:
     def keys(self, name: str, tag: str | None = None) -> str:
         return key_prefix(self.root, name, tag)
 
-    def sibling(self, *, timeout_s: float, max_connections: int | None = None) -> RedisStore:
+    def sibling(
+        self, *, timeout_s: float, max_connections: int | None = None, blocking: bool = False
+    ) -> RedisStore:
         """Another owner on the same server with its own pool and timeouts (the cache's
-        short ones, a blocking reader's long ones); the same error mapping."""
+        short ones, a blocking reader's long ones: ``blocking``, its commands are not
+        pipelined with others); the same error mapping."""
         return RedisStore(
             self.url,
             root=self.root,
             cluster=self.cluster,
             timeout_s=timeout_s,
             max_connections=max_connections or self.max_connections,
+            coalesce=self.coalesce and not blocking,
         )
 
     @asynccontextmanager

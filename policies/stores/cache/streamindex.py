@@ -63,7 +63,9 @@ class StreamIndexStorage(RedisStorageBase):
         self.applied = 0  # stream events applied by this replica (tests wait on it)
         self.expired = 0  # vectors dropped because their entry's time ran out
         # XREAD blocks for a while: this connection needs a longer timeout than the cache's.
-        self._tail_store = store.sibling(timeout_s=BLOCK_MS / 1000 + 5, max_connections=4)
+        self._tail_store = store.sibling(
+            timeout_s=BLOCK_MS / 1000 + 5, max_connections=4, blocking=True
+        )
         self._tail_client: Any = self._tail_store.client
         self._namespaces: list[str] = []
         self._tailer: asyncio.Task[None] | None = None
