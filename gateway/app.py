@@ -328,6 +328,8 @@ def create_app(
         if weak is not None:
             raise RuntimeError(weak)
         state = await build_state(config, tracer_provider)
+        if state.parts.router.objective is not None:  # λ's prior, before the first request
+            await state.parts.router.objective.prepare(config)
         state.config_source = config_source
         app.state.tiergate = state
         app.state.tiergate_cluster = cluster = await join_cluster(state)

@@ -81,6 +81,8 @@ def _prepare(state: GatewayState) -> tuple[GatewayConfig, KeyRing]:
 
 async def reload_policies(state: GatewayState) -> Reloaded:
     config, keyring = await asyncio.to_thread(_prepare, state)
+    if state.parts.router.objective is not None:  # the new snapshot's λ prior, off the loop
+        await state.parts.router.objective.prepare(config)
     # No await between these lines: no request can see half of the change. A request
     # holds the core it took with its key; the new core serves the ones that follow.
     state.core, state.keyring = state.core.reconfigured(config), keyring

@@ -117,16 +117,27 @@ class ObjectiveLambda:
         self.counts = PooledCounts(store, POLICY, self._learn)
         self.reference = reference  # the quality model's reference traffic (P, characters)
         self._routing: RoutingConfig | None = None
-        self._prior: tuple[int, Operating | None] | None = None  # (id of config, its λ)
+        self._prior: tuple[GatewayConfig, Operating | None] | None = None  # a config, its λ
         self.lam: float | None = None  # None: too little pooled
         self.allowed: tuple[int, ...] | None = None  # the objective's hull segment
         self.samples = 0  # requests in the pooled window at the last sync
 
     def prior(self, config: GatewayConfig) -> Operating | None:
-        """The reference traffic's λ and segment for this config snapshot (once each)."""
-        if self._prior is None or self._prior[0] != id(config):
-            self._prior = (id(config), reference_operating(config, self.reference))
+        """The reference traffic's λ and segment for this config snapshot (once each;
+        ``prepare`` computes it before the snapshot serves)."""
+        if self._prior is None or self._prior[0] is not config:
+            self._prior = (config, reference_operating(config, self.reference))
         return self._prior[1]
+
+    def prepared(self, config: GatewayConfig) -> bool:
+        """Whether ``config``'s prior is computed (no request on it will compute it)."""
+        return self._prior is not None and self._prior[0] is config
+
+    async def prepare(self, config: GatewayConfig) -> None:
+        """Compute ``config``'s prior off the event loop (tens of ms of numpy over the
+        reference traffic), so the first ``auto`` request on it does not stall the loop."""
+        operating = await asyncio.to_thread(reference_operating, config, self.reference)
+        self._prior = (config, operating)
 
     def choose(
         self,

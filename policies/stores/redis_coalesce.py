@@ -36,16 +36,12 @@ class CoalescingRedis(aioredis.Redis):
     async def execute_command(self, *args: Any, **options: Any) -> Any:
         loop = asyncio.get_running_loop()
         reply = loop.create_future()
-        if not self._queued:
-            loop.call_soon(self._send)
+        if not self._queued:  # the turn's first: the sender runs at the loop's next turn,
+            task = loop.create_task(self._send())  # after every command this turn issues
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
         self._queued.append((args, options, reply))
         return await reply
-
-    def _send(self) -> None:
-        queued, self._queued = self._queued, []
-        task = asyncio.get_running_loop().create_task(self._pipeline(queued))
-        self._sending.add(task)
-        task.add_done_callback(self._sending.discard)
 
     async def _replies(self, queued: list[Queued]) -> list[Any]:
         """The replies in order, a command's error (``ResponseError``) in its place."""
@@ -60,6 +56,10 @@ class CoalescingRedis(aioredis.Redis):
                 pipe.execute_command(*args, **options)
             replies: list[Any] = await pipe.execute(raise_on_error=False)
             return replies
+
+    async def _send(self) -> None:
+        queued, self._queued = self._queued, []
+        await self._pipeline(queued)
 
     async def _pipeline(self, queued: list[Queued]) -> None:
         try:

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+import yaml
 
 from policies.loader import ConfigError, parse_config
 from tiergate_testing.configs import TEST_KEY, fake_config
@@ -50,6 +51,21 @@ def explain(gateway: RunningGateway, text: str) -> dict[str, Any]:
     assert answer.status_code == 200, answer.text
     body: dict[str, Any] = answer.json()
     return body
+
+
+def test_the_reference_prior_is_computed_before_any_request_and_on_reload() -> None:
+    """λ's prior (tens of ms of numpy) is computed off the loop at startup and for a
+    reloaded snapshot, never by the first ``auto`` request on the event loop."""
+    from gateway.cluster.reload import reload_policies
+
+    with running_gateway(objective_config()) as running:
+        state = running.state
+        objective = state.parts.router.objective
+        assert objective is not None and objective.prepared(state.config)
+        reloaded = parse_config(yaml.safe_dump(objective_config()))
+        state.config_source = lambda: reloaded
+        running.call(reload_policies(state))
+        assert state.config is reloaded and objective.prepared(reloaded)
 
 
 def test_route_shows_predictions_lambda_and_reason(gateway: RunningGateway) -> None:
