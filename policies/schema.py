@@ -350,8 +350,7 @@ class GatewayConfig(Frozen):
     # store counts as unreachable; and the pool size per process.
     redis_timeout_s: float = Field(0.5, gt=0)
     redis_max_connections: int = Field(64, ge=1)
-    # Single commands issued in one turn of the event loop go as one pipeline
-    # (``policies/stores/redis_coalesce.py``); one server only, a cluster sends them one by one.
+    # One loop turn's single commands share a round trip (policies/stores/redis_coalesce.py).
     redis_pipelining: bool = True
     budgets: BudgetsConfig = BudgetsConfig()
     ledger: LedgerConfig = LedgerConfig()

@@ -195,8 +195,8 @@ class Upstream:
         await asyncio.sleep(max(self._retry_at - time.monotonic(), 0.0))
         try:
             await self.session()
-        except UpstreamFailure:
-            pass  # logged; the next call (or the next exit) tries again
+        except UpstreamFailure as exc:  # the next call (or the next exit) tries again
+            log.info("mcp upstream %s: not started again: %s", self.server, exc)
 
     async def _notified(self, message: IncomingMessage) -> None:
         """An upstream's list changed: drop that listing (the next one asks again)."""
