@@ -21,6 +21,7 @@ import contextlib
 import logging
 import secrets
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 from policies.stores.cache.keys import CacheKeys, stream_key
@@ -176,26 +177,21 @@ class StreamIndexStorage(RedisStorageBase):
             expires = time.time() + ttl_s
             self.index.add(keys.ns, digest, semantic.prefix, semantic.vector, expires)
 
-        async def publish() -> None:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                if gone:
-                    pipe.xadd(
-                        self.stream,
-                        {"op": "del", "ns": keys.ns, "d": ",".join(gone)},
-                        maxlen=self.maxlen,
-                        approximate=True,
-                    )
-                if semantic is not None:
-                    pipe.xadd(
-                        self.stream,
-                        {"op": "add", "ns": keys.ns, "d": digest, "r": self.replica},
-                        maxlen=self.maxlen,
-                        approximate=True,
-                    )
-                await pipe.execute()
+        # Single commands, not a pipeline of their own: with ``redis_pipelining`` each
+        # shares its turn's round trip with the other requests' commands.
+        if gone:
+            await self.call(
+                "publish", lambda: self._publish({"op": "del", "ns": keys.ns, "d": ",".join(gone)})
+            )
+        if semantic is not None:
+            event = {"op": "add", "ns": keys.ns, "d": digest, "r": self.replica}
+            await self.call("publish", lambda: self._publish(event))
 
-        if gone or semantic is not None:
-            await self.call("publish", publish)
+    def _publish(self, event: dict[str, str]) -> Awaitable[Any]:
+        sent: Awaitable[Any] = self.redis.xadd(
+            self.stream, event, maxlen=self.maxlen, approximate=True
+        )
+        return sent
 
     async def candidates(
         self, keys: CacheKeys, prefix: str, vector: Vector, count: int
@@ -215,12 +211,7 @@ class StreamIndexStorage(RedisStorageBase):
         self.index.remove(keys.ns, digest)
         await self.call(
             "publish",
-            lambda: self.redis.xadd(
-                self.stream,
-                {"op": "del", "ns": keys.ns, "d": digest},
-                maxlen=self.maxlen,
-                approximate=True,
-            ),
+            lambda: self._publish({"op": "del", "ns": keys.ns, "d": digest}),
         )
         return text
 
@@ -229,9 +220,7 @@ class StreamIndexStorage(RedisStorageBase):
         self.index.clear(keys.ns)
         await self.call(
             "publish",
-            lambda: self.redis.xadd(
-                self.stream, {"op": "flush", "ns": keys.ns}, maxlen=self.maxlen, approximate=True
-            ),
+            lambda: self._publish({"op": "flush", "ns": keys.ns}),
         )
         return removed
 
