@@ -4,7 +4,8 @@ its wordpieces' rows in one table, L2-normalised.
 Why: on a CPU without VNNI or AMX (most cloud VMs) the MiniLM transformer costs 7-8 ms
 of CPU per short prompt and ~28 ms per 200-token one even in int8 (``bench/perf/embed_cpu.py``
 on an AVX2 EPYC; issue 33 saw 25 ms a short prompt), the whole cost of ``auto``. A
-lookup table costs the tokenizer plus a few dozen row reads: 0.12 and 0.48 ms. The
+lookup table costs the tokenizer plus a few dozen row reads: 0.12 and 0.48 ms, and less
+for ASCII text, whose wordpieces come a word at a time from a memo (``routers/wordpieces.py``). The
 table is MiniLM's own output for every wordpiece, PCA-reduced and Zipf-weighted by
 model2vec at build time (``routers/training/corpora/static_embedder.py``, provenance in
 docs/classifier.md); serving needs numpy and ``tokenizers`` only, and downloads nothing.
@@ -31,6 +32,7 @@ import numpy.typing as npt
 
 from routers.batching import MicroBatcher
 from routers.embedding import EmbedderUnavailable, leading_words
+from routers.wordpieces import AsciiWordpieces
 
 SHIPPED_STATIC = Path(__file__).resolve().parent / "model" / "static-minilm.npz"
 # Calls up to this many characters run on the caller: ~0.5 ms of WordPiece at most (about
@@ -83,6 +85,7 @@ class StaticEmbedder:
         self._tokenizer: Any = Tokenizer.from_str(tokenizer)
         self._tokenizer.enable_truncation(max_tokens)
         self._tokenizer.no_padding()
+        self._ascii = AsciiWordpieces(self._tokenizer, max_tokens)
         self.inline_chars = inline_chars  # texts up to this long are embedded on the caller
         self._batcher = MicroBatcher(self.embed_sync, max_batch, max_wait_ms)
 
@@ -92,13 +95,18 @@ class StaticEmbedder:
 
     def _ids(self, texts: Sequence[str]) -> list[list[int]]:
         cut = [leading_words(t, self.max_tokens) for t in texts]
-        if len(cut) == 1:  # ``encode`` skips the batch's thread pool: ~40 % less CPU
-            encoded = [self._tokenizer.encode(cut[0], add_special_tokens=False)]
-        else:
-            encoded = self._tokenizer.encode_batch(cut, add_special_tokens=False)
+        ids = [self._ascii.ids(t) for t in cut]  # None: not ASCII, the tokenizer's
+        rest = [t for t, found in zip(cut, ids, strict=True) if found is None]
+        encoded = iter(self._encode(rest))
+        rows = [next(encoded).ids if found is None else found for found in ids]
         if self._unk is None:
-            return [e.ids for e in encoded]
-        return [[i for i in e.ids if i != self._unk] for e in encoded]
+            return rows
+        return [[i for i in row if i != self._unk] for row in rows]
+
+    def _encode(self, texts: list[str]) -> list[Any]:
+        if len(texts) <= 1:  # ``encode`` skips the batch's thread pool: ~40 % less CPU
+            return [self._tokenizer.encode(t, add_special_tokens=False) for t in texts]
+        return self._tokenizer.encode_batch(texts, add_special_tokens=False)  # type: ignore[no-any-return]
 
     def _vector(self, ids: list[int]) -> Array:
         """The rows' sum, normalised (the mean's direction); zero without wordpieces."""

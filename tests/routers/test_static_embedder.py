@@ -13,7 +13,7 @@ import pytest
 from policies.schema import ClassifierConfig
 from routers.classifier import ComplexityModel
 from routers.embedders import build_embedder, shipped_model
-from routers.embedding import EmbedderUnavailable
+from routers.embedding import EmbedderUnavailable, leading_words
 from routers.quality import QualityModel
 from routers.setup import build_routing
 from routers.static_embedder import SHIPPED_STATIC, StaticEmbedder, load_table
@@ -67,6 +67,37 @@ def test_only_the_first_max_tokens_count_and_a_huge_text_is_cheap() -> None:
     started = time.process_time()
     short.embed_sync([huge])
     assert time.process_time() - started < 0.5  # the tokenizer reads only the head
+
+
+EDGES = [
+    "a\x0bb\x0cc\x1cd\x7fe\x00f\x1f",  # controls the normaliser drops, not splits at
+    "tab\tnew\nline\r\nend",
+    "don't STOP!!! ... (really) [x] {y} <z> a_b-c ~/`q`",
+    "C++ & C#: `code` {a:[1,2]} url http://x.y/z?q=1&b=2 $5.00 50% #tag @you",
+    "x" * 150,  # longer than a wordpiece word may be: [UNK], dropped
+    "supercalifragilisticexpialidocious antidisestablishmentarianism",
+    "",
+    "   ",
+    "ünïcode café naïve",  # not ASCII: the tokenizer's own, whole
+    "汉字 and ascii",
+]
+
+
+def test_ascii_ids_are_the_tokenizers_own(embedder: StaticEmbedder) -> None:
+    """The memoised ASCII path gives exactly the ids ``tokenizers`` gives: on edge cases
+    and on every 10th routing prompt the project ships (pool and golden, ~1,800)."""
+    from routers.training.datasets import load_golden, load_pool
+
+    prompts = [e.text for e in load_pool()[::10]] + [e.text for e, _ in load_golden()[::10]]
+    texts = [leading_words(t, embedder.max_tokens) for t in EDGES + prompts]
+    tokenizer = embedder._tokenizer
+    expected = [e.ids for e in tokenizer.encode_batch(texts, add_special_tokens=False)]
+    unk = embedder._unk
+    expected = [[i for i in ids if i != unk] for ids in expected]
+    assert sum(t.isascii() for t in texts) > 1500
+    assert embedder._ids(texts) == expected  # batched: ASCII memoised, the rest encoded
+    assert [embedder._ids([t])[0] for t in texts] == expected  # and one at a time
+    assert embedder._ascii.ids(EDGES[-1]) is None  # non-ASCII is left to the tokenizer
 
 
 async def test_inline_and_threaded_paths_agree(embedder: StaticEmbedder) -> None:
