@@ -9,7 +9,7 @@ import asyncio
 import os
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -155,3 +155,37 @@ async def test_a_cancelled_request_still_settles(money: Fixture) -> None:
     assert await money.money.budgets.active_holds() == 0
     (event,) = await money.events()
     assert event.status == "cancelled" and event.cost_usd == 0.0
+
+
+async def test_the_heartbeat_keeps_a_long_request_s_hold_and_stops_at_close(
+    money: Fixture,
+) -> None:
+    """Held past twice its TTL while the request runs; no beat after the close."""
+    budgets = type(money.money.budgets)(money.money.ledger, ttl_s=0.3)  # type: ignore[call-arg]
+    config = money.config.model_copy(
+        update={"budgets": money.config.budgets.model_copy(update={"reservation_ttl_s": 0.3})}
+    )
+    beats = 0
+    extend = budgets.extend
+
+    async def counted(reservation: object) -> bool:
+        nonlocal beats
+        beats += 1
+        return await extend(reservation)  # type: ignore[arg-type]
+
+    budgets.extend = counted  # type: ignore[method-assign]
+    journal = SettleJournal(budgets, None)
+    journal.open()
+    fixture = Fixture(
+        config, replace(money.money, budgets=budgets, journal=journal), money.principal
+    )
+    hold = fixture.hold(0.0005, 2000)
+    await hold.open()
+    await asyncio.sleep(0.75)  # 2.5 TTLs: lapsed without its beats
+    assert beats >= 5 and await budgets.active_holds() == 1
+    await hold.close(outcome(config, 2000, None))
+    settled = beats
+    await asyncio.sleep(0.3)
+    assert beats == settled and await budgets.active_holds() == 0
+    assert await fixture.spent() == pytest.approx(0.0002)
+    journal.close()
