@@ -6,10 +6,11 @@ The dashboard and the admin API read this. ``MemoryLedger`` (one process) is her
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Protocol
 
@@ -20,6 +21,12 @@ from policies.stores.latency_buckets import bucket_of
 _OPTIONAL = frozenset(
     {"metadata", "server", "tool", "result_bytes", "arguments", "batch", "saved_batch_usd"}
 )
+
+
+@functools.cache
+def _always_stored() -> tuple[str, ...]:
+    """The fields every stored event carries, in declaration order."""
+    return tuple(f.name for f in fields(SpendEvent) if f.name not in _OPTIONAL)
 
 
 def day_of(ts: float) -> str:
@@ -66,11 +73,10 @@ class SpendEvent:
     arguments: str | None = None  # JSON, only where the tenant logs arguments
 
     def to_fields(self) -> dict[str, str]:
-        out = {
-            k: str(int(v) if isinstance(v, bool) else v)
-            for k, v in asdict(self).items()
-            if k not in _OPTIONAL
-        }
+        out = {}
+        for name in _always_stored():  # not ``asdict``: it deep-copies, ~9x the CPU
+            value = getattr(self, name)
+            out[name] = str(int(value) if isinstance(value, bool) else value)
         if self.metadata:  # JSON; left out when there is none (most requests)
             out["metadata"] = orjson.dumps(self.metadata).decode()
         if self.server:

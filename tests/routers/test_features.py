@@ -53,3 +53,25 @@ def test_a_3mb_prompt_is_read_to_the_bound_and_counted_whole() -> None:
     others = [i for i in range(len(FEATURES)) if i != total]
     assert np.array_equal(row[others], expected[others])
     assert took < 2.0, took  # the whole 3 MB took ~10 s on this box
+
+
+def test_ascii_shortcuts_match_the_case_folding_patterns() -> None:
+    """On ASCII text the keyword patterns run on the lowercased text and digits are
+    counted in C: the same numbers as ``re.IGNORECASE`` and ``str.isdigit`` give, on every
+    5th routing prompt the project ships and on mixed-case and non-ASCII text."""
+    from routers.training.datasets import load_pool
+
+    texts = [e.text for e in load_pool()[::5]]
+    texts += [
+        "WHY Must I SOLVE this? Show That 5 > 4. MAKE SURE: JSON, In 12 Words",
+        "\uff37hy \u017fhould \u00b23",  # fullwidth W, long s, superscript 2
+    ]
+    words = [features._CONSTRAINT, features._FACTOID, features._REASONING, features._SOLVE]
+    words.append(features._GENERATE)
+    for text in texts:
+        lowered = features._lower_ascii(text)
+        for pattern in words:
+            assert pattern.count(text, lowered) == pattern.count(text, None), (pattern, text)
+            assert pattern.found(text, lowered) == pattern.found(text, None), (pattern, text)
+        assert features._digits(text, lowered is not None) == sum(c.isdigit() for c in text)
+    assert features._lower_ascii(texts[-1]) is None
