@@ -179,12 +179,18 @@ class Sessions:
         signal = None if watch is None else watch.signal(finish_reason)
         if signal is not None:
             notes.append((SIGNAL, signal.encode()))
-        if replica is not None and replica != turn.replica:
+        if replica is not None and replica != turn.replica and self._several(tier):
             notes.append((REPLICA, f"{tier}\0{replica}".encode()))
         if notes:
             task = asyncio.create_task(self._note(turn.key, notes))
             self.background.add(task)
             task.add_done_callback(self.background.discard)
+
+    def _several(self, tier: str) -> bool:
+        """Whether ``tier``'s replica is a choice worth remembering: a pool of one replica
+        has none (a pool this process does not run: assume it has)."""
+        pool = self.pools.get(tier)
+        return pool is None or len(pool.replicas) > 1
 
     async def _note(self, key: SessionKey, notes: list[tuple[str, bytes]]) -> None:
         for field, value in notes:

@@ -327,3 +327,29 @@ def test_sessions_off_route_each_turn_alone(tmp_path: Path) -> None:
         raw = chat(running.base_url, tool_round(opening(), 0))
         assert "x-tiergate-session" not in raw.headers
         assert explain(running.base_url, opening())["session"] is None
+
+
+async def test_the_serving_replica_is_noted_only_where_the_pool_has_a_choice() -> None:
+    """A tier served by one replica has no replica to remember (one write fewer a turn);
+    with two, the next turn's hint is noted."""
+    import asyncio
+
+    from backends.pool import EnginePool
+    from gateway.routing.sessions import Sessions
+    from policies.stores.sessions import REPLICA, MemorySessionStore
+    from routers.session import SessionKey
+    from routers.session_policy import SessionTurn
+    from tests.backends.test_pool import replicas
+
+    store = MemorySessionStore()
+    pools = {"small": EnginePool("small", replicas(1)), "large": EnginePool("large", replicas(2))}
+    background: set[asyncio.Task[None]] = set()
+    sessions = Sessions(store, pools, background)
+    for n, tier in enumerate(("small", "large")):
+        key = SessionKey(f"{n:032x}", "header")
+        await store.write(key.id, b"{}", f"req-{n}", None, 60, 100)
+        turn = SessionTurn(key, 1, tier, "new", False, 0)
+        sessions.finished(turn, tier, "stop", None, "fake-0")
+        await asyncio.gather(*background)
+    assert REPLICA not in await store.read(f"{0:032x}")  # one replica: nothing to choose
+    assert (await store.read(f"{1:032x}"))[REPLICA] == b"large\0fake-0"
