@@ -18,6 +18,7 @@ On a cluster (``redis_cluster: true``) the URL is any seed node; pub/sub uses cl
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -150,8 +151,13 @@ class RedisStore:
     ) -> T:
         """``await fn(*args, **kwargs)`` (a client method, or a function running a pipeline)
         with every failure mapped."""
-        async with self.errors(what, error):
+        if self._slots is not None or not self._discovered:  # a cluster's slots and topology
+            async with self.errors(what, error):
+                return await fn(*args, **kwargs)
+        try:  # one server: ``errors`` without a context manager around every command
             return await fn(*args, **kwargs)
+        except redis_failures() as exc:
+            raise error(f"redis {what}: {exc!r}") from exc
 
     async def connect(self) -> None:
         """Reach the server now (on a cluster: learn its slots), so that the first real
@@ -272,12 +278,19 @@ class Script:
         args: Sequence[str | int | float | bytes] = (),
         error: type[StoreUnavailable] = StoreUnavailable,
     ) -> Any:
-        from redis.exceptions import NoScriptError
+        return await self.store.call(what, self._run, keys, args, error=error)
 
+    async def _run(self, keys: Sequence[str], args: Sequence[str | int | float | bytes]) -> Any:
         client = self.store.client
-        async with self.store.errors(what, error):
-            try:
-                return await client.evalsha(self.sha, len(keys), *keys, *args)
-            except NoScriptError:
-                await client.script_load(self.lua)  # on a cluster: on every primary
-                return await client.evalsha(self.sha, len(keys), *keys, *args)
+        try:
+            return await client.evalsha(self.sha, len(keys), *keys, *args)
+        except _no_script():
+            await client.script_load(self.lua)  # on a cluster: on every primary
+            return await client.evalsha(self.sha, len(keys), *keys, *args)
+
+
+@functools.cache
+def _no_script() -> type[Exception]:
+    from redis.exceptions import NoScriptError
+
+    return NoScriptError
