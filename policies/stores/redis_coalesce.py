@@ -15,10 +15,10 @@ stores that block read on a client of their own (``RedisStore(coalesce=False)``)
 
 The turn's commands are packed by hiredis as they are issued (an argument Redis cannot
 take fails its own caller at once), written in one send, and their replies read under one
-timeout, the client's ``socket_timeout``: a redis-py pipeline would pack in Python and
-time every reply on its own, about half the client's CPU per command
-(``bench/perf/redis_client.py``). A connection failure is retried as redis-py retries a
-pipeline (the connection's ``retry``), and every reply goes through the client's
+timeout, the client's ``socket_timeout``, where a redis-py pipeline packs in Python and
+times every reply on its own (``bench/perf/redis_client.py`` measures the client's CPU
+per command both ways). A connection failure is retried as redis-py retries a pipeline
+(the connection's ``retry``), and every reply goes through the client's
 ``response_callbacks``, so a caller sees what ``execute_command`` would have returned.
 """
 
