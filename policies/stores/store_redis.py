@@ -36,6 +36,11 @@ def redis_failures() -> tuple[type[BaseException], ...]:
     return (RedisError, RedisClusterException, OSError, asyncio.TimeoutError)
 
 
+def _unavailable(error: type[StoreUnavailable], what: str, exc: BaseException) -> StoreUnavailable:
+    """The one mapping's result: ``error`` naming the call and what Redis raised."""
+    return error(f"redis {what}: {exc!r}")
+
+
 def _client(
     url: str, *, cluster: bool, timeout_s: float, max_connections: int, coalesce: bool
 ) -> Any:
@@ -139,7 +144,7 @@ class RedisStore:
                 finally:
                     self._slots.release()
         except redis_failures() as exc:
-            raise error(f"redis {what}: {exc!r}") from exc
+            raise _unavailable(error, what, exc) from exc
 
     async def call(
         self,
@@ -157,7 +162,7 @@ class RedisStore:
         try:  # one server: ``errors`` without a context manager around every command
             return await fn(*args, **kwargs)
         except redis_failures() as exc:
-            raise error(f"redis {what}: {exc!r}") from exc
+            raise _unavailable(error, what, exc) from exc
 
     async def connect(self) -> None:
         """Reach the server now (on a cluster: learn its slots), so that the first real
