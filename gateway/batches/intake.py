@@ -30,6 +30,7 @@ from gateway.batches.finish import finalize
 from gateway.batches.protocol import MAX_CUSTOM_ID, MessageBatchRequest
 from gateway.batches.render import openai_failure
 from gateway.errors import InvalidRequest
+from gateway.wire.common import MAX_JSON_DEPTH, too_deep
 from policies.batches_spec import BatchesConfig
 from policies.stores.batch_records import (
     IN_PROGRESS,
@@ -78,11 +79,23 @@ def _problem(raw: bytes, endpoint: str, seen: set[str], max_bytes: int) -> tuple
             "mismatched_endpoint",
             (f"url {data.get('url')!r} is not the batch's endpoint {endpoint!r}"),
         )
-    if not isinstance(data.get("body"), dict):
+    body = data.get("body")
+    if not isinstance(body, dict):
         return data, "invalid_body", "body must be a JSON object"
+    deep = too_deep(body)  # as the endpoint's own parse refuses it (and orjson stops at 255)
+    if deep is not None:
+        return (
+            data,
+            "invalid_body",
+            f"body nests deeper than {MAX_JSON_DEPTH} levels (at {_cut(deep)})",
+        )
     if custom_id in seen:
         return data, "duplicate_custom_id", f"custom_id {custom_id!r} is used by an earlier line"
     return data, "", ""
+
+
+def _cut(path: str) -> str:
+    return path if len(path) <= 120 else path[:117] + "..."
 
 
 def openai_lines(content: bytes, endpoint: str, batch_id: str, spec: BatchesConfig) -> Lines:
@@ -109,9 +122,18 @@ def openai_lines(content: bytes, endpoint: str, batch_id: str, spec: BatchesConf
 
 
 def anthropic_lines(requests: Sequence[MessageBatchRequest]) -> Lines:
+    """The requests of a message batch: one that cannot run refuses the whole batch."""
     seen: set[str] = set()
     lines = Lines(total=len(requests))
     for index, request in enumerate(requests):
+        deep = too_deep(request.params)
+        if deep is not None:
+            raise InvalidRequest(
+                f"requests[{index}].params: JSON nested deeper than {MAX_JSON_DEPTH} levels "
+                f"(at {_cut(deep)})",
+                param=f"requests.{index}.params",
+                code="invalid_value",
+            )
         if request.custom_id in seen:
             raise InvalidRequest(
                 f"requests[{index}].custom_id: {request.custom_id!r} is not unique",

@@ -42,7 +42,9 @@ endpoints = APIRouter(route_class=GatewayEndpoint, tags=["v1"], responses=ERRORS
 async def create_message_batch(request: Request, call: TenantDep) -> Response:
     spec = call.core.config.batches
     raw = await read_body(request, spec.file_limit, call.core.config.server.header_timeout_s)
-    body = parse_body(CreateMessageBatch, raw)
+    # Each request's ``params`` may nest as deep as ``/v1/messages`` takes, no deeper:
+    # ``anthropic_lines`` checks them one by one (the model takes nothing else nested).
+    body = parse_body(CreateMessageBatch, raw, depth=None)
     batch_id = new_batch_id("anthropic")
     order = Order(call.principal, key_digest(request), "anthropic", MESSAGES_ENDPOINT, batch_id)
     record = await create(files_of(call), spec, order, anthropic_lines(body.requests))

@@ -146,28 +146,29 @@ def too_deep(data: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
     return None
 
 
-def load_json(raw: bytes) -> Any:
-    """A request body as JSON: 400 when it is not JSON or nests deeper than
-    ``MAX_JSON_DEPTH``, naming the top-level field that does."""
+def load_json(raw: bytes, depth: int | None = MAX_JSON_DEPTH) -> Any:
+    """A request body as JSON: 400 when it is not JSON or nests deeper than ``depth``
+    levels (None: the caller checks the parts it keeps), naming the top-level field that
+    does."""
     try:
         data: Any = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequest(f"the body is not valid JSON: {exc}") from exc
-    path = too_deep(data)
+    path = None if depth is None else too_deep(data, depth)
     if path is not None:
         param = path.split(".", 1)[0].split("[", 1)[0] or None
         shown = path if len(path) <= 120 else path[:117] + "..."
         raise InvalidRequest(
-            f"{param or 'body'}: JSON nested deeper than {MAX_JSON_DEPTH} levels (at {shown})",
+            f"{param or 'body'}: JSON nested deeper than {depth} levels (at {shown})",
             param=param,
             code="invalid_value",
         )
     return data
 
 
-def parse_body(model: type[M], raw: bytes) -> M:
+def parse_body(model: type[M], raw: bytes, depth: int | None = MAX_JSON_DEPTH) -> M:
     """Decode and validate a request body; a failure names the offending ``param``."""
-    data = load_json(raw)
+    data = load_json(raw, depth)
     if not isinstance(data, dict):
         raise InvalidRequest("the body must be a JSON object")
     try:

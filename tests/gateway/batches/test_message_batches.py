@@ -134,3 +134,45 @@ def test_errors_are_anthropics_and_batches_are_the_tenants_own(gateway: RunningG
     assert "has not ended" in early.value.message
     client.messages.batches.cancel(running.id)
     wait_ended(client, running.id)
+
+
+def test_params_nested_too_deep_refuse_the_batch_as_messages_would(
+    gateway: RunningGateway,
+) -> None:
+    """A request whose params nest past what ``/v1/messages`` takes (64 levels; 300 is past
+    what orjson writes) is Anthropic's 400, naming the request, and nothing is kept; 64
+    levels of params are taken as ``/v1/messages`` takes them."""
+    client = client_for(gateway)
+    before = [b.id for b in client.messages.batches.list(limit=1000)]
+
+    def body(levels: int) -> bytes:
+        deep = b'{"a":' * (levels - 2) + b"1" + b"}" * (levels - 2)  # the 1 is ``levels`` deep
+        fine = b'{"model":"small","max_tokens":16,"messages":[{"role":"user","content":"hi"}]'
+        return (
+            b'{"requests":[{"custom_id":"a","params":'
+            + fine
+            + b'}},{"custom_id":"b","params":'
+            + fine
+            + b',"x":'
+            + deep
+            + b"}}]}"
+        )
+
+    headers = {"x-api-key": TEST_KEY, "content-type": "application/json"}
+    for levels in (300, 65):
+        answer = httpx.post(
+            gateway.base_url + "/v1/messages/batches", content=body(levels), headers=headers
+        )
+        assert answer.status_code == 400, answer.text
+        error = answer.json()
+        assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+        assert error["error"]["message"].startswith(
+            "requests[1].params: JSON nested deeper than 64 levels"
+        )
+    assert [b.id for b in client.messages.batches.list(limit=1000)] == before
+    answer = httpx.post(
+        gateway.base_url + "/v1/messages/batches", content=body(64), headers=headers
+    )
+    assert answer.status_code == 200, answer.text
+    ended = wait_ended(client, answer.json()["id"])
+    assert ended.request_counts.succeeded + ended.request_counts.errored == 2

@@ -315,3 +315,32 @@ def test_a_line_run_twice_is_charged_once(gateway: tuple[RunningGateway, str]) -
     events = [e for e in BudgetProbe(prefix).events() if e.request_id == first.request_id]
     assert len(events) == 1 and events[0].batch
     assert BudgetProbe(prefix).wait_no_holds() == 0
+
+
+def _nested_line(custom_id: str, levels: int) -> bytes:
+    """A chat line whose body holds a value ``levels`` deep (written by hand: orjson writes
+    at most 254 levels)."""
+    deep = b'{"a":' * (levels - 2) + b"1" + b"}" * (levels - 2)  # the 1 is ``levels`` deep
+    body = b'{"model":"small","max_tokens":8,"messages":[{"role":"user","content":"hi"}],'
+    return (
+        b'{"custom_id":"' + custom_id.encode() + b'","method":"POST",'
+        b'"url":"/v1/chat/completions","body":' + body + b'"metadata":' + deep + b"}}"
+    )
+
+
+def test_a_line_nested_too_deep_is_an_error_line_not_a_500(
+    gateway: tuple[RunningGateway, str],
+) -> None:
+    """300 levels (orjson writes 254) and 65 (the endpoints take 64): each its own
+    ``invalid_body`` error line; the batch is made and its other lines run."""
+    running, _ = gateway
+    client = client_for(running)
+    lines = [_nested_line("deep300", 300), _nested_line("deep65", 65), chat_line("ok", "hi")]
+    batch = run_batch(client, lines)
+    assert batch.status == "completed"
+    assert (batch.request_counts.completed, batch.request_counts.failed) == (1, 2)
+    assert [line["custom_id"] for line in jsonl(client, batch.output_file_id)] == ["ok"]
+    errors = {line["custom_id"]: line["error"] for line in jsonl(client, batch.error_file_id)}
+    assert {e["code"] for e in errors.values()} == {"invalid_body"}
+    assert errors["deep300"]["message"].startswith("line 1: body nests deeper than 64 levels")
+    assert errors["deep65"]["message"].startswith("line 2: body nests deeper than 64 levels")
