@@ -27,15 +27,17 @@ EngineFactory = Callable[..., Engine]
 class Backend:
     target: str  # "module:factory"; the module is imported only when a config uses it
     options: type[EngineOptions]
+    # Runs in this process or on this machine: a guardrail's ``local`` request may use it.
+    in_process: bool = True
 
 
 BACKENDS: dict[str, Backend] = {
     "fake": Backend("backends.fake:FakeEngine", FakeOptions),
     "llamacpp": Backend("backends.llamacpp:LlamaCppEngine", LlamaCppOptions),
-    "litellm": Backend("backends.litellm:LiteLLMEngine", LiteLLMOptions),
+    "litellm": Backend("backends.litellm:LiteLLMEngine", LiteLLMOptions, in_process=False),
     "vllm": Backend("backends.vllm:VllmEngine", VllmOptions),
     "sglang": Backend("backends.sglang:SglangEngine", SglangOptions),
-    "openai": Backend("backends.openai_compat:OpenAICompatEngine", OpenAIOptions),
+    "openai": Backend("backends.openai_compat:OpenAICompatEngine", OpenAIOptions, in_process=False),
 }
 
 

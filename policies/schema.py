@@ -17,6 +17,7 @@ from policies.embedding_spec import EmbeddingSpec, embedding_problems
 from policies.engine_spec import EngineSpec, TierSpec
 from policies.feedback_spec import FeedbackConfig, feedback_problems
 from policies.frozen import Frozen
+from policies.guardrails_spec import GuardrailsSpec, guardrails_problems
 from policies.mcp_spec import McpCallLimit, McpConfig, ToolPattern, mcp_problems
 from policies.part_tokens import PartTokens
 from policies.responses_spec import ResponsesConfig
@@ -79,6 +80,7 @@ class ApiKey(Frozen):
     rate_limit: RateLimitSpec | None = None
     sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
     from_env: str | None = None
+    guardrails: GuardrailsSpec | None = None  # replaces the tenant's for this key
 
     @model_validator(mode="after")
     def _one_source(self) -> ApiKey:
@@ -161,6 +163,8 @@ class TenantSpec(Frozen):
     mcp_tools: tuple[ToolPattern, ...] = ()
     mcp_rate_limit: McpCallLimit | None = None
     mcp_log_arguments: bool = False
+    # PII and secrets: redact, block, keep local, log (policies/guardrails_spec.py).
+    guardrails: GuardrailsSpec | None = None
 
 
 class CacheConfig(Frozen):
@@ -418,9 +422,21 @@ class GatewayConfig(Frozen):
                 {f"tenants.{name}.mcp_tools": t.mcp_tools for name, t in self.tenants.items()},
             )
         )
+        problems.extend(guardrails_problems(self.guardrail_blocks()))
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def guardrail_blocks(self) -> dict[str, GuardrailsSpec]:
+        """Every ``guardrails:`` block, by where it is (``tenants.T.keys.K.guardrails``)."""
+        blocks = {}
+        for name, tenant in self.tenants.items():
+            if tenant.guardrails is not None:
+                blocks[f"tenants.{name}.guardrails"] = tenant.guardrails
+            for key in tenant.keys:
+                if key.guardrails is not None:
+                    blocks[f"tenants.{name}.keys.{key.id}.guardrails"] = key.guardrails
+        return blocks
 
     def tier_of_model(self, model: str) -> str | None:
         """The first tier (in file order) whose pool serves ``model``."""

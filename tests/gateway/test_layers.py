@@ -23,6 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("types", "errors", "settings", "throttle"),
     ("telemetry",),  # timing, tracing, metrics
     ("wire",),  # what every wire format shares: the format contract, SSE, compat, errors
+    ("guardrails",),  # PII and secrets: the request's screen, the answer's window
     ("money", "cache"),  # pricing, holds and settlement; the prompt cache's probe
     ("routing", "learning"),  # the tier decision; the feedback loop that labels traffic
     ("core",),  # the serving core: one run per request
