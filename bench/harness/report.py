@@ -1,4 +1,5 @@
-"""One table from one run: medians over rounds with their range, and tiergate / LiteLLM ratios."""
+"""One table from one run: medians over rounds with their range, tiergate / LiteLLM and
+tiergate / Envoy ratios, and issue 42's goals."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import platform
 import statistics
 import subprocess
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from bench.perf.wire_formats import WIRE_FORMATS
 
 Runs = dict[str, dict[str, list[dict[str, Any]]]]
+PEERS: tuple[str, ...] = ("litellm", "envoy")  # tiergate / peer ratio columns, where the peer ran
 
 # The pipeline's stages, in request order, as they appear in tiergate's Server-Timing
 # header: the tracing stage names (gateway/telemetry/tracing.py) plus the laps "parse" and "route".
@@ -33,6 +36,11 @@ ENGINE_STAGE = "engine"
 
 def _stat(values: list[float]) -> tuple[float, float, float] | None:
     return (statistics.median(values), min(values), max(values)) if values else None
+
+
+def _fixed(value: float) -> tuple[float, float, float]:
+    """One figure (no rounds) as a median and its range."""
+    return value, value, value
 
 
 def _fmt(stat: tuple[float, float, float] | None, digits: int = 2) -> str:
@@ -61,6 +69,13 @@ def _per_target(
     return lambda target: _stat(_values(runs, target, phase, key))
 
 
+def _added_per_target(
+    runs: Runs, phase: str, key: str
+) -> Callable[[str], tuple[float, float, float] | None]:
+    """A gateway's added ``key`` in ``phase`` (over the direct call): median and range."""
+    return lambda target: _stat(_added(runs, target, phase, key))
+
+
 def _added(runs: Runs, target: str, phase: str, key: str) -> list[float]:
     """Per round: the gateway's figure minus the direct call's from the same round."""
     mine, direct = _values(runs, target, phase, key), _values(runs, "direct", phase, key)
@@ -70,7 +85,7 @@ def _added(runs: Runs, target: str, phase: str, key: str) -> list[float]:
 def machine() -> str:
     model = "unknown CPU"
     try:
-        for line in open("/proc/cpuinfo").read().splitlines():
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
                 break
@@ -95,10 +110,9 @@ def render(
     elapsed: float,
     pipeline_note: str | None,
 ) -> str:
-    gateways = [g for g in ("tiergate", "litellm") if g in runs]
-    header = ["metric", "direct", *gateways]
-    if "litellm" in runs:
-        header.append("tiergate / litellm")
+    gateways: list[str] = [g for g in ("tiergate", "litellm", "envoy") if g in runs]
+    peers: list[str] = [g for g in PEERS if g in runs]  # a ratio column each
+    header = ["metric", "direct", *gateways, *(f"tiergate / {p}" for p in peers)]
     rows: list[list[str]] = []
 
     def row(
@@ -109,8 +123,7 @@ def render(
     ) -> None:
         stats = {g: get(g) for g in gateways}
         line = [label, _fmt(direct, digits), *(_fmt(stats[g], digits) for g in gateways)]
-        if "litellm" in runs:
-            line.append(_ratio(stats["tiergate"], stats["litellm"]))
+        line += [_ratio(stats["tiergate"], stats[p]) for p in peers]
         rows.append(line)
 
     for phase in ("0ms c1", "0ms c16", "0ms c64", "20ms c1", "20ms c16", "20ms c64"):
@@ -118,7 +131,7 @@ def render(
             key = f"latency_{q}_ms"
             row(
                 f"added latency {q} ms, {phase}",
-                lambda g, p=phase, k=key: _stat(_added(runs, g, p, k)),
+                _added_per_target(runs, phase, key),
                 _stat(_values(runs, "direct", phase, key)),
             )
     for phase in ("stream c16", "stream c64"):
@@ -126,7 +139,7 @@ def render(
             key = f"ttfb_{q}_ms"
             row(
                 f"stream first byte {q} ms, {phase}",
-                lambda g, p=phase, k=key: _stat(_values(runs, g, p, k)),
+                _per_target(runs, phase, key),
                 _stat(_values(runs, "direct", phase, key)),
             )
     row(
@@ -168,10 +181,22 @@ def render(
         _stat(_values(runs, "direct", "0ms c64", "throughput")),
         digits=0,
     )
-    row(
-        "sustained req/s, open-loop ramp (<1% errors)",
-        lambda g: (lambda v: (v, v, v))(ramps[g]["sustained_rps"]) if g in ramps else None,
-        digits=0,
+    sustained = {g: _fixed(ramps[g]["sustained_rps"]) if g in ramps else None for g in gateways}
+    rows.append(
+        [
+            "sustained req/s, open-loop ramp (<1% errors)",
+            "-",
+            *(
+                ("≥ " if ramps.get(g, {}).get("client_bound") else "") + _fmt(sustained[g], 0)
+                for g in gateways
+            ),
+            # A peer's ramp bound by the client: the ratio is at most this.
+            *(
+                ("≤ " if ramps.get(p, {}).get("client_bound") else "")
+                + _ratio(sustained["tiergate"], sustained[p])
+                for p in peers
+            ),
+        ]
     )
     row(
         "CPU ms per request, 0ms c64",
@@ -185,8 +210,8 @@ def render(
     )
     row(
         "peak RSS MB",
-        lambda g: (lambda v: (v, v, v))(memory[g]) if g in memory else None,
-        (memory["direct"],) * 3 if "direct" in memory else None,
+        lambda g: _fixed(memory[g]) if g in memory else None,
+        _fixed(memory["direct"]) if "direct" in memory else None,
         digits=0,
     )
     row(
@@ -204,6 +229,13 @@ def render(
     errors = {g: sum(r["errors"] for p in runs.get(g, {}).values() for r in p) for g in runs}
 
     out = [markdown_table(header, rows), ""]
+    if any(ramps.get(g, {}).get("client_bound") for g in gateways):
+        out.append(
+            "≥: the ramp ended with the load generator's core (shared with the upstream) "
+            "saturated; the gateway's own ceiling is higher"
+        )
+    if "envoy" in runs:
+        out += [goals_table(runs, ramps), ""]
     out.append("errors in closed-loop phases: " + ", ".join(f"{g} {n}" for g, n in errors.items()))
     out.append(
         f"rounds {args.rounds} x {args.duration:.0f}s per phase (+{args.warmup:.1f}s "
@@ -216,6 +248,45 @@ def render(
     out.append("")
     out.append(wire_table(runs))
     return "\n".join(out)
+
+
+def goals_table(runs: Runs, ramps: dict[str, dict[str, Any]]) -> str:
+    """Issue 42's goals for the passthrough, against Envoy (and LiteLLM), from this run."""
+
+    def added(target: str, phase: str) -> float | None:
+        stat = _stat(_added(runs, target, phase, "latency_p99_ms"))
+        return stat[0] if stat else None
+
+    def cpu(target: str) -> float | None:
+        stat = _stat(_values(runs, target, "0ms c64", "cpu_ms_per_req"))
+        return stat[0] if stat else None
+
+    def sustained(target: str) -> float | None:
+        return ramps[target]["sustained_rps"] if target in ramps else None
+
+    def times(mine: float | None, theirs: float | None, most: float, least: bool) -> list[str]:
+        if mine is None or theirs is None or theirs <= 0:
+            return ["-", "-", "not measured"]
+        ratio = mine / theirs
+        met = ratio >= most if least else ratio <= most
+        return [f"{mine:.3f} / {theirs:.3f}", f"{ratio:.2f}x", "met" if met else "NOT met"]
+
+    stalls = _values(runs, "tiergate", "stream c64", "stalls")
+    rows = [
+        ["added p99, 0ms c1 <= 2x Envoy's", *times(added("tiergate", "0ms c1"),
+            added("envoy", "0ms c1"), 2.0, False)],
+        ["CPU ms per request, 0ms c64 <= 3x Envoy's", *times(cpu("tiergate"), cpu("envoy"),
+            3.0, False)],
+        ["added p99, 20ms c64 <= 2x Envoy's", *times(added("tiergate", "20ms c64"),
+            added("envoy", "20ms c64"), 2.0, False)],
+        ["sustained req/s >= 15x LiteLLM's", *times(sustained("tiergate"),
+            sustained("litellm"), 15.0, True)],
+        ["streams with a gap > 100 ms at c64: 0 (every round)",
+            " / ".join(f"{v:.0f}" for v in stalls) or "-", "-",
+            ("met" if not any(stalls) else "NOT met") if stalls else "not measured"],
+    ]  # fmt: skip
+    header = ["goal (issue 42)", "tiergate / peer (medians)", "ratio", "verdict"]
+    return "goals:\n" + markdown_table(header, rows)
 
 
 def wire_table(runs: Runs) -> str:

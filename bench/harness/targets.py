@@ -1,4 +1,5 @@
-"""The processes under test: upstream, tiergate, LiteLLM proxy; pinned, measured, stopped.
+"""The processes under test: upstream, tiergate, LiteLLM proxy (Envoy: ``envoy.py``);
+pinned, measured, stopped.
 
 Each gateway runs pinned to one core with ``taskset``; CPU time and peak RSS are read
 from ``/proc`` over the whole process tree, so a proxy that forks workers is charged
@@ -307,36 +308,31 @@ def start_tiergate(
     return Process(name, gateway.popen, gateway.base_url, gateway.log_path)
 
 
-def ensure_litellm_venv(log: Path) -> Path:
-    """``bench/.venv-litellm`` with litellm[proxy] 1.108.7; rebuilt when missing or wrong."""
-    python = LITELLM_VENV / "bin" / "python"
-    probe = [str(python), "-c", "import importlib.metadata as m; print(m.version('litellm'))"]
+def ensure_venv(venv: Path, dist: str, version: str, spec: str, log: Path) -> Path:
+    """``venv`` with ``spec`` installed, its ``dist`` at ``version``; rebuilt when missing
+    or wrong. Returns its Python. (Each benched peer gets an environment of its own, so
+    none of its pins touch tiergate's.)"""
+    python = venv / "bin" / "python"
+    probe = [str(python), "-c", f"import importlib.metadata as m; print(m.version({dist!r}))"]
     if python.exists():
         found = subprocess.run(probe, capture_output=True, text=True, check=False)
-        if found.returncode == 0 and found.stdout.strip() == "1.108.7":
+        if found.returncode == 0 and found.stdout.strip() == version:
             return python
-        shutil.rmtree(LITELLM_VENV)
-    print(f"creating {LITELLM_VENV} with {LITELLM_SPEC} (pip's cache makes it quick)", flush=True)
+        shutil.rmtree(venv)
+    print(f"creating {venv} with {spec} (pip's cache makes it quick)", flush=True)
     with log.open("wb") as sink:
-        subprocess.run([sys.executable, "-m", "venv", str(LITELLM_VENV)], check=True)
-        subprocess.run(
-            [
-                str(python),
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                "--disable-pip-version-check",
-                LITELLM_SPEC,
-            ],
-            check=True,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        install = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", spec]
+        subprocess.run(install, check=True, stdout=sink, stderr=subprocess.STDOUT)
     found = subprocess.run(probe, capture_output=True, text=True, check=True)
-    if found.stdout.strip() != "1.108.7":
-        raise RuntimeError(f"litellm {found.stdout.strip()} installed, expected 1.108.7")
+    if found.stdout.strip() != version:
+        raise RuntimeError(f"{dist} {found.stdout.strip()} installed, expected {version}")
     return python
+
+
+def ensure_litellm_venv(log: Path) -> Path:
+    """``bench/.venv-litellm`` with litellm[proxy] 1.108.7."""
+    return ensure_venv(LITELLM_VENV, "litellm", "1.108.7", LITELLM_SPEC, log)
 
 
 def start_litellm(upstream: str, core: int | None, logs: Path) -> Process:

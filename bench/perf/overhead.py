@@ -1,4 +1,4 @@
-"""Gateway overhead, tiergate next to LiteLLM proxy, in one run on this machine.
+"""Gateway overhead, tiergate next to LiteLLM proxy and Envoy, in one run on this machine.
 
     python -m bench.perf.overhead            # full run (about 12 minutes on 2 cores)
     python -m bench.perf.overhead --quick    # a smoke run (about 4 minutes)
@@ -6,12 +6,15 @@
 
 Starts a local OpenAI-compatible upstream (0 ms and 20 ms answers, streaming and not),
 tiergate passing requests straight to it, LiteLLM proxy configured the same way (own
-virtual environment, ``bench/.venv-litellm``), and tiergate with the full pipeline.
+virtual environment, ``bench/.venv-litellm``), Envoy 1.40.0 as a plain HTTP/1.1 reverse
+proxy to the same upstream (the floor: ``bench/harness/envoy.py``, ``bench/.venv-envoy``),
+and tiergate with the full pipeline.
 Each gateway is pinned to the same core; the load generator runs in its own process
 pinned to the other core. Closed-loop phases run in rounds that interleave the targets,
 so background noise hits all of them alike; the table gives the median over rounds and
 the range. Then an open-loop request-rate ramp finds the sustained requests/s (< 1%
-errors, >= 97% of the offered rate served, p99 under 500 ms). The full pipeline's table
+errors, >= 97% of the offered rate served, p99 under 500 ms; "≥" where the load
+generator's core, not the gateway's, ran out). The full pipeline's table
 also gives the CPU milliseconds per request of every process a request passes through
 (gateway, embedder workers, load generator, upstream, the pipeline's Redis: a private
 redis-server unless ``--redis-url`` names one) and their ceiling: 1000 x cores / sum.
@@ -34,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from bench.harness import gc_scrape, report, targets
+from bench.harness import envoy, gc_scrape, report, targets
 from bench.harness.targets import Process
 from bench.perf.wire_formats import WIRE_FORMATS, wire_phases
 
@@ -144,6 +147,10 @@ class Bench:
             busy = targets.core_busy_seconds(self.args.gateway_core) - core_before
             wall = time.monotonic() - wall_before
             result["foreign_core_share"] = min(max(busy - cpu, 0.0) / wall, 1.0)
+            # The load generator's and the upstream's CPU: a core's worth, and they are
+            # the limit, not the gateway (they share the client core).
+            client_ms = result["load_cpu_ms_per_req"] + result["upstream_cpu_ms_per_req"]
+            result["client_cpu_share"] = client_ms * result["completed_total"] / 1000 / wall
             # Every process a request passes through; the host's cores cap req/s at this.
             result["all_cpu_ms_per_req"] = result["cpu_ms_per_req"] + sum(
                 result[f"{name}_cpu_ms_per_req"] for name in ("load", "upstream", "redis")
@@ -243,7 +250,7 @@ class Bench:
         end the ramp at zero)."""
         phase = Phase("ramp", "bench-0ms", False, 0)
         rate = max(self.args.ramp_start, closed_loop_rps / 3)
-        best, failures, steps = 0.0, 0, []
+        best, failures, steps, client_bound = 0.0, 0, [], False
         while failures < 2 and self.args.ramp_start / 2 <= rate <= self.args.ramp_max:
             self.settle(self.processes)
             result = self.load(process, phase, rate=rate, duration=self.args.ramp_step)
@@ -260,27 +267,22 @@ class Bench:
                 flush=True,
             )
             if passed:
-                best, failures = rate, 0
+                best, failures, client_bound = rate, 0, False
                 rate *= 1.25
             elif best == 0.0:
                 rate /= 2
             else:
                 failures += 1
                 rate *= 1.25
-        return {"sustained_rps": best, "steps": steps}
+                # A step lost with the client's core saturated says nothing of the gateway.
+                client_bound = client_bound or result["client_cpu_share"] >= 0.9
+        # Ended by the cap, or by the load generator's core: the gateway could do more.
+        client_bound = client_bound or (failures < 2 and best > 0)
+        return {"sustained_rps": best, "steps": steps, "client_bound": client_bound}
 
 
 def _ms(value: float | None) -> str:
     return "   -    " if value is None else f"{value:7.2f}ms"
-
-
-def median_of(
-    runs: list[dict[str, Any]], key: str
-) -> tuple[float | None, float | None, float | None]:
-    values = [r[key] for r in runs if r.get(key) is not None]
-    if not values:
-        return None, None, None
-    return statistics.median(values), min(values), max(values)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -293,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gateway-core", type=int, default=0)
     parser.add_argument("--client-core", type=int, default=1)
     parser.add_argument("--no-litellm", action="store_true", help="skip LiteLLM (no ratios)")
+    parser.add_argument("--no-envoy", action="store_true", help="skip Envoy (no floor)")
     parser.add_argument("--no-pipeline", action="store_true", help="skip the full pipeline")
     parser.add_argument(
         "--pipeline-overlay",
@@ -318,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         (args.rounds or 1, 2.0, 0.5) if args.quick else (args.rounds or 3, 3.0, 0.5)
     )
     if args.wire_only:  # tiergate's passthrough alone, chat next to every other format
-        args.no_litellm = args.no_pipeline = True
+        args.no_litellm = args.no_envoy = args.no_pipeline = True
     args.ramp_step, args.ramp_start, args.ramp_max = (
         (2.0, 5.0, 6000.0) if args.quick else (4.0, 5.0, 8000.0)
     )
@@ -340,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
             processes["litellm"] = targets.start_litellm(
                 upstream.base_url, args.gateway_core, args.logs
             )
+        if not args.no_envoy:
+            processes["envoy"] = envoy.start_envoy(upstream.base_url, args.gateway_core, args.logs)
         pipeline_note = None
         if not args.no_pipeline:
             try:
@@ -375,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
                 targets.pin_children(pipeline, EMBED_WORKER, args.embedder_core)
             bench.rounds(trio, PIPELINE_PHASES, models={"tiergate-pipeline": "auto"})
         for name, p in processes.items():
-            if name in ("tiergate", "litellm") and not args.wire_only:
+            if name in ("tiergate", "litellm", "envoy") and not args.wire_only:
                 c64 = statistics.median(r["throughput"] for r in bench.results[name]["0ms c64"])
                 ramps[name] = bench.ramp(p, c64)
         memory = {name: p.peak_rss_mb() for name, p in processes.items()}
