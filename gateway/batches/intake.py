@@ -10,8 +10,9 @@ Anthropic's requests arrive in the body; a repeated ``custom_id`` refuses the ba
 results are matched by ``custom_id``).
 
 The batch is kept ``validating``, its lines written, then moved to ``in_progress`` and
-its lines queued; ``queued`` marks the queueing done, so a replica that died half-way
-is made up for by the sweep (``gateway.batches.runner``).
+its lines queued; ``queued`` marks the queueing done (the queue's generation), so a
+replica that died half-way, or a queue that lost its lines, is made up for by the sweep
+(``gateway.batches.runner``).
 """
 
 from __future__ import annotations
@@ -195,9 +196,9 @@ async def create(files: Files, spec: BatchesConfig, order: Order, lines: Lines) 
     await store.add_lines(tenant, batch_id, lines.runnable, lines.refused)
     moved_to, moved = await store.move(tenant, batch_id, [VALIDATING], IN_PROGRESS, now)
     if moved:
-        await store.queue.enqueue(tenant, batch_id, sorted(lines.runnable))
+        generation = await store.queue.enqueue(tenant, batch_id, sorted(lines.runnable))
         moved_to, _ = await store.move(
-            tenant, batch_id, [IN_PROGRESS], IN_PROGRESS, now, {"queued": "1"}
+            tenant, batch_id, [IN_PROGRESS], IN_PROGRESS, now, {"queued": str(generation)}
         )
     if moved_to is not None and moved_to.done >= moved_to.total:  # nothing could run
         moved_to = await finalize(files, spec, moved_to, now) or moved_to

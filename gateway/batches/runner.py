@@ -241,12 +241,14 @@ class BatchRunner:
 
 
 async def sweep(files: Files, spec: BatchesConfig, now: int) -> None:
-    """Finish, fail or queue what a dead replica left; remove what has expired."""
+    """Finish, fail or queue what a dead replica (or a store that lost the queue) left;
+    remove what has expired."""
     store = files.store
+    generation = await store.queue.generation()
     for tenant, batch_id in await store.open_batches():
         record = await store.batch(tenant, batch_id)
         if record is not None:
-            await tend(files, spec, record, now)
+            await tend(files, spec, record, now, generation)
     for tenant, kind, item in await store.due(now):
         if kind == "file":
             await files.remove(tenant, item)
@@ -254,8 +256,10 @@ async def sweep(files: Files, spec: BatchesConfig, now: int) -> None:
             await store.remove_batch(tenant, item)
 
 
-async def tend(files: Files, spec: BatchesConfig, record: BatchRecord, now: int) -> None:
-    """One open batch, as the sweep finds it."""
+async def tend(
+    files: Files, spec: BatchesConfig, record: BatchRecord, now: int, generation: int = 1
+) -> None:
+    """One open batch, as the sweep finds it (``generation``: the queue's now)."""
     store, stale = files.store, now - spec.claim_idle_s
     tenant, batch_id, status = record.tenant, record.id, record.status
     if status == VALIDATING and record.created_at < stale:
@@ -266,11 +270,14 @@ async def tend(files: Files, spec: BatchesConfig, record: BatchRecord, now: int)
         await store.drop_lines(tenant, batch_id)
     elif status in (IN_PROGRESS, CANCELLING) and record.done >= record.total:
         await finalize(files, spec, record, now)
-    elif status in (IN_PROGRESS, CANCELLING) and not record.queued:
+    elif status in (IN_PROGRESS, CANCELLING) and record.queued != generation:
+        # Never queued (its intake died: once it is stale), or queued in a queue the store
+        # has lost since (at once): its unfinished lines are queued (again).
         since = record.cancelling_at if status == CANCELLING else record.in_progress_at
-        if since < stale:
-            await store.queue.enqueue(tenant, batch_id, await store.unfinished(tenant, batch_id))
-            await store.move(tenant, batch_id, [status], status, since, {"queued": "1"})
+        if record.queued or since < stale:
+            unfinished = await store.unfinished(tenant, batch_id)
+            queued = await store.queue.enqueue(tenant, batch_id, unfinished)
+            await store.move(tenant, batch_id, [status], status, since, {"queued": str(queued)})
     elif status == FINALIZING and record.finalizing_at < stale:
         await finalize(files, spec, record, now)
 

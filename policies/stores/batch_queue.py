@@ -26,7 +26,14 @@ class QueuedLine:
 
 
 class LineQueue(Protocol):
-    async def enqueue(self, tenant: str, batch_id: str, indices: Sequence[int]) -> None: ...
+    async def enqueue(self, tenant: str, batch_id: str, indices: Sequence[int]) -> int:
+        """Queue the lines; the queue's generation they were queued under."""
+        ...
+
+    async def generation(self) -> int:
+        """Changes when the queue lost what it held (its store restarted empty): lines
+        queued under an older one must be queued again."""
+        ...
 
     async def read(self, consumer: str, count: int) -> list[QueuedLine]:
         """Lines nobody took yet; now ``consumer``'s."""
@@ -62,9 +69,13 @@ class MemoryLineQueue:
         self._held: dict[str, _Held] = {}
         self._ids = itertools.count(1)
 
-    async def enqueue(self, tenant: str, batch_id: str, indices: Sequence[int]) -> None:
+    async def enqueue(self, tenant: str, batch_id: str, indices: Sequence[int]) -> int:
         for index in indices:
             self._queue.append(QueuedLine(str(next(self._ids)), tenant, batch_id, index))
+        return 1
+
+    async def generation(self) -> int:
+        return 1  # it lives and dies with the process, and the batches with it
 
     async def read(self, consumer: str, count: int) -> list[QueuedLine]:
         taken: list[QueuedLine] = []

@@ -87,7 +87,7 @@ class BatchRecord:
     cancelling_at: int = 0
     cancelled_at: int = 0
     ended_at: int = 0
-    queued: int = 0  # 1 once every runnable line is in the queue
+    queued: int = 0  # once every runnable line is in the queue: the queue's generation then
     total: int = 0
     completed: int = 0
     failed: int = 0

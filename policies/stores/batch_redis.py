@@ -17,6 +17,7 @@ Keys (``P`` = ``<redis_prefix>``; docs/redis-keys.md):
   P:{batch:T}:res:ID       hash   line index → result (kind + line)
   P:{batch:T}:expiry       zset   ``f:ID`` / ``b:ID`` by expiry (unix s)
   P:{batches}:lines        stream the queue (group ``runners``): tenant, batch, index
+  P:{batches}:lines:generation  int  when the group was made (ms; ``gateway.batches.runner``)
   P:{batches}:open         set    ``TENANT/ID`` of batches not yet ended
   P:{batches}:tenants      set    tenants with anything kept
 """

@@ -38,7 +38,7 @@ def redis_failures() -> tuple[type[BaseException], ...]:
 
 def _unavailable(error: type[StoreUnavailable], what: str, exc: BaseException) -> StoreUnavailable:
     """The one mapping's result: ``error`` naming the call and what Redis raised."""
-    return error(f"redis {what}: {exc!r}")
+    return error(f"redis {what}: {type(exc).__name__}: {exc}")  # redis 8's repr has no words
 
 
 def _client(

@@ -142,3 +142,25 @@ async def test_the_queue_hands_a_silent_consumers_lines_to_another(store: BatchS
     await store.queue.ack([c.entry for c in claimed])
     assert await store.queue.claim("gamma", 0.0, 10) == []
     assert await store.queue.queued() == 0
+
+
+@pytest.mark.parametrize("cluster", [False, True])
+async def test_a_queue_whose_stream_was_lost_makes_its_group_again(
+    request: pytest.FixtureRequest, cluster: bool
+) -> None:
+    """As Redis restarted empty leaves it: the next read meets ``NOGROUP``, makes the group
+    again under a new generation and reads on (before: ``NOGROUP`` for the process's life)."""
+    url = request.getfixturevalue("redis_cluster").url if cluster else REDIS7_URL
+    async with redis_store(url, cluster=cluster, timeout_s=5.0) as owner:
+        queue = RedisBatchStore(owner).queue
+        first = await queue.enqueue("acme", "batch_1", [0])
+        assert await queue.generation() == first
+        await queue.read("alpha", 5)
+        await asyncio.sleep(0.01)
+        await owner.call("lose", owner.client.delete, queue.queue_key)
+        assert await queue.read("alpha", 5) == []  # not an error
+        second = await queue.generation()
+        assert second > first
+        assert await queue.enqueue("acme", "batch_2", [0]) == second
+        assert [q.batch_id for q in await queue.read("alpha", 5)] == ["batch_2"]
+        assert await queue.queued() == 0
