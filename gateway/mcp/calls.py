@@ -1,12 +1,13 @@
 """One MCP tool call under the caller's governance, end to end.
 
-    allowlist ─▶ tool-call rate limit ─▶ Hold (the tool's price, the model calls'
-    budgets) ─▶ the upstream, within the timeout ─▶ the size bound ─▶ ONE ToolOutcome
-    ─▶ settlement and ledger event, metrics, span
+    allowlist ─▶ the server's listing ─▶ tool-call rate limit ─▶ Hold (the tool's price,
+    the model calls' budgets) ─▶ the upstream, within the timeout ─▶ the size bound
+    ─▶ ONE ToolOutcome ─▶ settlement and ledger event, metrics, span
 
-A refusal at any step is a JSON-RPC error (``gateway.mcp.errors``) and is recorded as a
-denial; nothing stays held. A free tool (no price) takes no reservation: its event goes
-to the ledger directly. (Resource reads and prompts: ``gateway.mcp.reads``.)
+A name the server does not list is ``-32602 Unknown tool`` before anything is held or
+sent. A refusal at any later step is a JSON-RPC error (``gateway.mcp.errors``) and is
+recorded as a denial; nothing stays held. A free tool (no price) takes no reservation:
+its event goes to the ledger directly. (Resource reads and prompts: ``gateway.mcp.reads``.)
 """
 
 from __future__ import annotations
@@ -126,8 +127,15 @@ class ToolCalls:
         if split is None or split[0] not in servers or not caller.allowlist.allows(params.name):
             raise unknown("tool", params.name)
         server, tool = split
+        listed = await self._listed(caller, server, tool)
+        if listed is None:  # never forwarded, never priced
+            raise unknown("tool", params.name)
         if modern:
-            await self._check_param_headers(caller, server, tool, params.arguments)
+            rejection = validate_mcp_param_headers(
+                listed.input_schema, params.arguments or {}, caller.headers
+            )
+            if rejection is not None:
+                raise MCPError(rejection.code, rejection.message, rejection.data)
         call = ToolCall(caller.config, new_request_id("mcp"), caller.principal, caller.metadata)
         span = self._span(caller, params.name, call.request_id, meta)
         token = otel_context.attach(set_span_in_context(span))  # the upstream joins the trace
@@ -142,19 +150,15 @@ class ToolCalls:
             raise result
         return result
 
-    async def _check_param_headers(
-        self, caller: Caller, server: str, tool: str, arguments: Mapping[str, Any] | None
-    ) -> None:
+    async def _listed(self, caller: Caller, server: str, tool: str) -> types.Tool | None:
+        """The tool exactly as the server lists it to this caller (its listing is kept
+        ``catalog_ttl_s``, dropped when the server says it changed), or None: a name the
+        server does not list (``calc.*``, a homoglyph, a trailing space or NUL) is unknown."""
         try:
             listed = await self._upstream(caller, server).listing("tools")
         except UpstreamFailure as failure:
             raise from_failure(failure) from None
-        schema = next((t.input_schema for t in listed if t.name == tool), None)
-        if schema is None:
-            return  # not listed: the upstream decides about the tool
-        rejection = validate_mcp_param_headers(schema, arguments or {}, caller.headers)
-        if rejection is not None:
-            raise MCPError(rejection.code, rejection.message, rejection.data)
+        return next((t for t in listed if t.name == tool), None)
 
     async def _run(
         self,

@@ -47,6 +47,7 @@ pytestmark = pytest.mark.slow
 
 THRIFT_KEY = "tg-thrift-key-0123456789"
 LIMITED_KEY = "tg-limited-key-0123456789"
+WILD_KEY = "tg-wild-key-0123456789"
 SECRETS = {
     "SEARCH_TOKEN": "server-secret-1",
     "ACME_SEARCH_TOKEN": "acme-secret-2",
@@ -68,6 +69,11 @@ def config(prefix: str, search_url: str) -> dict[str, Any]:
         "keys": [{"id": "thrift-1", "from_env": "THRIFT_KEY"}],
         "budget": {"limit_usd": BUDGET, "window": "total"},
         "mcp_tools": ["paid.add"],
+    }
+    tenants["wild"] = {  # every tool of calc and of the priced server
+        "keys": [{"id": "wild-1", "from_env": "WILD_KEY"}],
+        "budget": {"limit_usd": BUDGET, "window": "total"},
+        "mcp_tools": ["calc.*", "paid.*"],
     }
     tenants["limited"] = {
         "keys": [{"id": "limited-1", "from_env": "LIMITED_KEY"}],
@@ -108,6 +114,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, prefix: str) -> Iterator[G
         TIERGATE_ADMIN_KEY=ADMIN_KEY,
         THRIFT_KEY=THRIFT_KEY,
         LIMITED_KEY=LIMITED_KEY,
+        WILD_KEY=WILD_KEY,
         **SECRETS,
     )
     with (
@@ -174,6 +181,46 @@ def test_a_tenant_never_lists_calls_or_borrows_anothers(gateway: GatewayProcess)
         assert "env=calc-acme-secret-3" in ours_stdio
 
     run(scenario())
+
+
+# Names an allowlist of ``calc.*`` and ``paid.*`` lets through, none of them a listed tool.
+UNLISTED = [
+    "calc.*",
+    "calc.add ",
+    "calc.\u0430dd",  # a Cyrillic a
+    "calc..add",
+    "calc.add\x00",
+    "calc.add\n",
+    "calc.ADD",
+    "paid.nonexistent",
+    "paid.add ",
+    "paid.*",
+]
+
+
+def test_a_name_the_server_does_not_list_never_leaves_the_gateway_nor_costs(
+    gateway: GatewayProcess, prefix: str
+) -> None:
+    """Each answered ``-32602 Unknown tool: NAME`` (the gateway's words: the upstream would
+    name its own tool), nothing held or charged, no call in the ledger; the listed
+    ``paid.add`` is then charged its price (the same calls can cost)."""
+
+    async def scenario() -> tuple[list[Any], Any]:
+        async with mcp_client(gateway.base_url, WILD_KEY, "legacy") as client:
+            refused = [await call(client, name, {"a": 1, "b": 2}) for name in UNLISTED]
+            return refused, await call(client, "paid.add", {"a": 1, "b": 2})
+
+    refused, paid = run(scenario())
+    for name, answer in zip(UNLISTED, refused, strict=True):
+        assert isinstance(answer, MCPError), (name, answer)
+        assert (answer.error.code, answer.error.message) == (-32602, f"Unknown tool: {name}")
+    assert text_of(paid) == "3"
+    probe = BudgetProbe(prefix)
+    assert probe.wait_no_holds() == 0
+    status = probe.status([Scope(tenant_scope("wild"), None)])[tenant_scope("wild")]
+    assert status.spent_usd == pytest.approx(PRICE) and status.held_usd == 0
+    events = [e for e in probe.events() if e.tenant == "wild"]
+    assert [(e.kind, e.status) for e in events] == [("tool_call", "ok")]
 
 
 def test_a_key_narrows_its_tenant_and_is_refused_within_a_second_of_revocation(
