@@ -6,11 +6,14 @@ Every HTTP request is authenticated as a model call is (``Authorization: Bearer 
 key directory drops it), takes the policy snapshot with its key, and is counted against
 ``mcp.max_inflight``; then the SDK serves it. Errors before the SDK (a bad key, too many
 at once, a store down) answer in JSON-RPC's shape with the HTTP status a model call
-would get (the family's ``errors``).
+would get (the family's ``errors``). The few refusals the SDK answers in plain text (a
+body over ``mcp.max_request_bytes``: 413; a ``Content-Type`` that is not JSON, or none: 400;
+a bad ``Host`` or ``Origin``) are rewritten in the same JSON-RPC shape, their status kept.
 """
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import Any
 
 import orjson
@@ -20,11 +23,18 @@ from mcp.server.auth.provider import AccessToken
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from gateway.edge.family import Family
 from gateway.edge.http import authenticate, tenant_key
-from gateway.errors import ApiError, InsufficientQuota, Overloaded, RateLimited
+from gateway.errors import (
+    ApiError,
+    InsufficientQuota,
+    InvalidRequest,
+    Overloaded,
+    PayloadTooLarge,
+    RateLimited,
+)
 from gateway.mcp.caller import MODEL_REQUEST_HEADER, SCOPE_KEY, Caller, allowlist_of
 from gateway.mcp.errors import INSUFFICIENT_QUOTA, RATE_LIMITED, UNAVAILABLE
 from gateway.mcp.service import McpService
@@ -64,6 +74,40 @@ def jsonrpc_error(error: ApiError, headers: dict[str, str]) -> Response:
     )
 
 
+def jsonrpc_refusals(send: Send) -> Send:
+    """``send``, with an error response that is not JSON (the SDK's plain-text refusals)
+    rewritten as ``jsonrpc_error`` writes one, its status kept."""
+    held: Message | None = None
+    body = bytearray()
+
+    async def sending(message: Message) -> None:
+        nonlocal held
+        if message["type"] == "http.response.start" and message["status"] >= 400:
+            kind = dict(message.get("headers", [])).get(b"content-type", b"")
+            if not kind.startswith(b"application/json"):
+                held = message
+                return
+        if held is None or message["type"] != "http.response.body":
+            await send(message)
+            return
+        body.extend(message.get("body", b""))
+        if message.get("more_body", False):
+            return
+        status = held["status"]
+        words = body.decode("utf-8", "replace").strip() or HTTPStatus(status).phrase
+        error = PayloadTooLarge(words) if status == 413 else InvalidRequest(words)
+        rewritten = jsonrpc_error(error, {})
+        headers = [
+            (name, value)
+            for name, value in held.get("headers", [])
+            if name.lower() not in (b"content-type", b"content-length")
+        ]
+        await send({**held, "headers": [*headers, *rewritten.raw_headers]})
+        await send({"type": "http.response.body", "body": rewritten.body})
+
+    return sending
+
+
 class McpEndpoint:
     """The ASGI app at ``/mcp`` (the SDK's manager serves what passes the gate)."""
 
@@ -98,7 +142,7 @@ class McpEndpoint:
         scope["user"] = AuthenticatedUser(token)
         service.inflight += 1
         try:
-            await service.manager.handle_request(scope, receive, send)
+            await service.manager.handle_request(scope, receive, jsonrpc_refusals(send))
         finally:
             service.inflight -= 1
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
@@ -351,3 +352,41 @@ def test_every_call_is_in_the_ledger_the_dashboard_and_the_metrics(
     metrics = httpx.get(f"{gateway.base_url}/metrics").text
     assert 'tiergate_mcp_tool_calls_total{server="calc",status="ok"}' in metrics
     assert 'status="denied_budget"' in metrics
+
+
+def test_refusals_before_json_rpc_are_json_rpc_errors_with_their_status(
+    gateway: GatewayProcess,
+) -> None:
+    """Arguments of 5 and 10 MB (past ``mcp.max_request_bytes``, 4 MiB) are a 413, a body
+    sent as ``text/plain`` or with no ``Content-Type`` a 400, a wrong ``Accept`` a 406:
+    each a JSON-RPC error (``id`` null, -32600) in a JSON body, as raw HTTP sees it."""
+    url = f"{gateway.base_url}/mcp"
+    accept = "application/json, text/event-stream"
+
+    def tool_call(text: str) -> bytes:
+        message = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "calc.echo", "arguments": {"text": text}},
+        }
+        return orjson.dumps(message)
+
+    sent = [
+        (tool_call("x" * (5 << 20)), "application/json", accept, 413),
+        (tool_call("x" * (10 << 20)), "application/json", accept, 413),
+        (tool_call("hi"), "text/plain", accept, 400),
+        (tool_call("hi"), None, accept, 400),
+        (tool_call("hi"), "application/json", "text/html", 406),
+    ]
+    with httpx.Client(timeout=60) as client:
+        for content, kind, wanted, status in sent:
+            headers = {"Authorization": f"Bearer {TEST_KEY}", "Accept": wanted}
+            if kind is not None:
+                headers["Content-Type"] = kind
+            answer = client.post(url, content=content, headers=headers)
+            assert answer.status_code == status, (kind, len(content), answer.text[:200])
+            assert answer.headers["content-type"].startswith("application/json")
+            body = answer.json()
+            assert body["jsonrpc"] == "2.0" and body["id"] is None
+            assert body["error"]["code"] == -32600 and body["error"]["message"]
