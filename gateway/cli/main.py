@@ -73,7 +73,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 BENCHMARKS = {  # name -> module under bench/ (run as ``python -m bench.<module>``)
-    "overhead": "perf.overhead",  # tiergate vs LiteLLM proxy, passthrough and full pipeline
+    "overhead": "perf.overhead",  # tiergate vs LiteLLM proxy and Envoy; the full pipeline
+    "servers": "perf.server_candidates",  # uvicorn / granian x uvloop / rloop, passthrough
     "classify": "perf.classify_latency",
     "embed-cpu": "perf.embed_cpu",  # CPU ms per embedding: gateway side and embedder worker
     "onnx-rows": "perf.onnx_rows",  # one ONNX run per text vs batched rows: CPU and cosine
