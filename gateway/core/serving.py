@@ -20,6 +20,7 @@ from backends.pool import EnginePool, StreamInfo
 from gateway.cache.record import CachedResponse, Recorder
 from gateway.cache.service import CacheProbe, Lookup
 from gateway.errors import ApiError, GatewayTimeout, from_engine_error
+from gateway.guardrails.guard import RequestGuard
 from gateway.learning.service import Feedback
 from gateway.money.hold import Hold, Money, refusal
 from gateway.money.outcome import conclude
@@ -52,6 +53,7 @@ class Run:
         metrics: GatewayMetrics,
         feedback: Feedback | None = None,
         sessions: Sessions | None = None,
+        guard: RequestGuard | None = None,
     ) -> None:
         self.routed = routed
         self.probe, self.found = probe, found  # the cache's half of the request
@@ -79,6 +81,7 @@ class Run:
         # routing.sessions: what the turn's stream shows, told to its session at the end
         self.sessions = sessions if routed.session is not None else None
         self._watch = SessionWatch(bool(routed.generation.tools)) if self.sessions else None
+        self.guard = guard  # guardrails: the answer's window, local tiers only, restore
 
     @property
     def request_id(self) -> str:
@@ -138,6 +141,8 @@ class Run:
             info = StreamInfo()
             request, held = self._engine_request(self.decision), self._held(tier)
             stream = self.pools[tier].stream(request, info, held=held)
+            if self.guard is not None:
+                stream = self.guard.stream(tier, stream)
             self.progress.dispatched = True
             try:
                 with timed("engine"):

@@ -17,6 +17,7 @@ from backends.pool import EnginePool, Replica
 from gateway.cache.record import CachedResponse
 from gateway.cache.service import PromptCache
 from gateway.core.serving import Run
+from gateway.guardrails.screen import keep_local, screen
 from gateway.learning.service import Feedback
 from gateway.money.hold import Money
 from gateway.routing.route import embedding_of, route
@@ -59,7 +60,10 @@ class ServingCore:
         return ServingCore(config, self.parts)
 
     async def start(self, ask: Ask) -> Run:
-        """The request's cache lookups, its tier, and its ``Run`` (not yet admitted)."""
+        """The request's cache lookups, its tier, and its ``Run`` (not yet admitted).
+        The guard goes first: what follows sees the request as its ``guardrails:``
+        redacted it (``gateway.guardrails.screen``)."""
+        ask, guard = screen(ask, self.config, self.parts.metrics)
         parts = self.parts
         embedding = embedding_of(parts.router, ask.generation)
         probe = None
@@ -72,6 +76,8 @@ class ServingCore:
         found = await probe.found() if probe is not None and probe.looks_up else None
         cached = found is not None and found.response is not None
         routed = await route(self.config, parts.router, ask, embedding, cached=cached)
+        if guard is not None and guard.local:
+            routed = keep_local(routed, ask, guard)
         return Run(
             routed,
             probe,
@@ -81,6 +87,7 @@ class ServingCore:
             parts.metrics,
             parts.feedback,
             parts.router.sessions,
+            guard,
         )
 
     async def route(self, ask: Ask) -> RoutedRequest:

@@ -9,7 +9,7 @@ Every generation endpoint is this one call, whatever its format::
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import replace
 
 import orjson
@@ -84,7 +84,7 @@ async def stream_response(
     except BaseException:
         await run.close()
         raise
-    events = exchange.events(run, run.chunks())
+    events = exchange.events(run, answer(run))
     return EventStreamResponse(
         # Settled before the error event or the last bytes: a client holding the whole
         # answer has been charged (or journaled), even if this process dies the next
@@ -94,6 +94,16 @@ async def stream_response(
         on_close=run.close,
         write_timeout_s=run.config.server.write_timeout_s,
     )
+
+
+def answer(run: Run) -> AsyncIterator[Chunk]:
+    """The run's chunks as the caller gets them: with ``guardrails.restore``, this
+    request's placeholders turned back into its values (the cache and the stores kept
+    the placeholders)."""
+    guard = run.guard
+    if guard is not None and guard.restores:
+        return guard.restored(run.chunks())
+    return run.chunks()
 
 
 def _headers(run: Run, extra: Iterable[tuple[str, str]]) -> dict[str, str]:
@@ -109,7 +119,7 @@ async def collect(run: Run) -> tuple[str, Chunk]:
     parts: list[str] = []
     logprobs: list[TokenLogprob] = []
     final: Chunk | None = None
-    async for chunk in run.chunks():
+    async for chunk in answer(run):
         parts.append(chunk.text)
         logprobs.extend(chunk.logprobs or ())
         if chunk.finish_reason is not None:

@@ -16,6 +16,8 @@ from typing import Any
 
 from backends.base import Chunk
 from gateway.errors import ApiError, InvalidRequest
+from gateway.guardrails.policy import policy_for
+from gateway.guardrails.redactor import Redactor
 from gateway.responses.protocol import CreateResponse
 from gateway.responses.render import TERMINAL, Echo, ResponseEvents, whole_response
 from gateway.responses.translate import Translation, to_generation
@@ -175,7 +177,12 @@ class ResponseExchange:
         stays in it); one that could not be kept says so."""
         if not self.body.store:
             return response
-        record = StoredResponse(self.translation.items, response, session)
+        items, kept_response = self.translation.items, response
+        policy = policy_for(self.principal)
+        if policy is not None:  # kept as the engine saw it: redacted (restore is the caller's)
+            redactor = Redactor(policy, enforce=False)
+            items, kept_response = redactor.walk(items), redactor.walk(response)
+        record = StoredResponse(items, kept_response, session)
         try:
             kept = await self.store.save(self.config, self.principal, record)
         except StoreUnavailable as exc:

@@ -28,6 +28,7 @@ from policies.schema import GatewayConfig
 TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0)
 TPOT_BUCKETS = (0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+GUARD_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25)
 CLASSIFIER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
 
 M = TypeVar("M", bound=MetricWrapperBase)
@@ -75,6 +76,7 @@ class GatewayMetrics:
         self._request_series()
         self._engine_series()
         self._batch_series()
+        self._guard_series()
         # Fed by ``gc.callbacks`` while the lifespan serves (``gc_pauses.watching()``).
         self.gc_pauses = GcPauses()
         self.registry.register(self.gc_pauses)
@@ -180,6 +182,35 @@ class GatewayMetrics:
         self.batch_lines = self._counter(
             "tiergate_batch_lines", "Batch lines ended, by result.", ("result",)
         )
+
+    def _guard_series(self) -> None:
+        """Counted by the guardrails (``gateway.guardrails``): kinds and actions, never values."""
+        t = ("tenant",) if self.tenant_label else ()
+        self.guard_found = self._counter(
+            "tiergate_guardrail_detections",
+            "Values the guardrails found, by type, action and side (request or answer).",
+            (*t, "type", "action", "side"),
+        )
+        self.guard_latency = self._histogram(
+            "tiergate_guardrail_screen_seconds",
+            "How long the guardrail screen of one request took.",
+            (),
+            GUARD_BUCKETS,
+        )
+
+    def guarded(
+        self,
+        tenant: str,
+        counts: Mapping[tuple[str, str], int],
+        side: str,
+        seconds: float | None = None,
+    ) -> None:
+        """What the guard found on one side of a request (and the screen's time)."""
+        t = self._tenant(tenant)
+        for (kind, action), count in counts.items():
+            self._child(self.guard_found, *t, kind, action, side).inc(count)
+        if seconds is not None:
+            self.guard_latency.observe(seconds)
 
     def batch_line_ended(self, result: str) -> None:
         """``completed``, ``failed``, ``cancelled`` or ``expired``."""
