@@ -27,7 +27,13 @@ from gateway.core.serving_core import ServingCore
 from gateway.edge.respond import collect
 from gateway.embeddings.protocol import EmbeddingRequest
 from gateway.embeddings.serving import create_embeddings
-from gateway.errors import ApiError, Overloaded, RateLimited, ServiceUnavailable
+from gateway.errors import (
+    ApiError,
+    InsufficientQuota,
+    Overloaded,
+    RateLimited,
+    ServiceUnavailable,
+)
 from gateway.messages.render import MESSAGES
 from gateway.money.spend import batch_rate
 from gateway.responses.serving import RESPONSES
@@ -78,10 +84,19 @@ def stable_id(fresh: str, seed: str) -> str:
     return fresh[:cut] + hashlib.sha256(seed.encode()).hexdigest()[: len(fresh) - cut]
 
 
+def waits_for_holds(error: ApiError) -> bool:
+    """A budget refusal that requests in flight may undo when they settle (it says when
+    to ask again): the budget minus its spend could still pay the line's worst case."""
+    return isinstance(error, InsufficientQuota) and "Retry-After" in error.headers
+
+
 def retryable(error: ApiError) -> bool:
-    """Worth another try later: an overloaded pool, a store that is down, a rate limit.
-    A budget that cannot pay (``insufficient_quota``) is the line's answer."""
-    return isinstance(error, Overloaded | ServiceUnavailable | RateLimited)
+    """Worth another try later: an overloaded pool, a store that is down, a rate limit,
+    a budget whose open holds may leave room. A budget that cannot pay the line's worst
+    case even once every hold has settled (``insufficient_quota``) is the line's answer."""
+    return isinstance(error, Overloaded | ServiceUnavailable | RateLimited) or waits_for_holds(
+        error
+    )
 
 
 async def answer(

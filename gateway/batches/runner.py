@@ -25,7 +25,15 @@ import orjson
 
 from gateway.batches.files import Files
 from gateway.batches.finish import finalize
-from gateway.batches.lines import Answered, LineMoney, Refused, answer, input_of, retryable
+from gateway.batches.lines import (
+    Answered,
+    LineMoney,
+    Refused,
+    answer,
+    input_of,
+    retryable,
+    waits_for_holds,
+)
 from gateway.batches.results import refused_line, skipped_line, succeeded_line
 from gateway.core.serving_core import ServingCore
 from gateway.errors import InvalidApiKey, Overloaded, RateLimited
@@ -174,7 +182,10 @@ class BatchRunner:
             except Refused as exc:
                 if not retryable(exc.error):
                     return refused_line(record, index, custom_id, exc)
-                patient = isinstance(exc.error, Overloaded | RateLimited)
+                # Busy engines, a rate limit, holds in flight: waited out until it expires.
+                patient = isinstance(exc.error, Overloaded | RateLimited) or waits_for_holds(
+                    exc.error
+                )
                 attempt += 0 if patient else 1
                 if attempt >= spec.max_attempts or time.time() >= record.expires_at:
                     return refused_line(record, index, custom_id, exc)

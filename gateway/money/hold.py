@@ -46,6 +46,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# A budget refusal that holds still open may undo says when to ask again (seconds): a hold
+# lives as long as its request, most of them well under this.
+HOLDS_RETRY_AFTER = "1"
+
 
 @dataclass(frozen=True, slots=True)
 class Money:
@@ -275,6 +279,9 @@ async def admit_worst(
             detail = "the gateway's overall budget is spent"
         else:
             detail = f"{held.scope}: ${max(held.remaining_usd, 0.0):.6f} left"
+        if not held.final:  # requests in flight hold the room: it may come back
+            detail += ", more once requests in flight settle"
+            headers = {**headers, "Retry-After": HOLDS_RETRY_AFTER}
         raise InsufficientQuota(
             f"You exceeded your current quota ({detail}; this request may cost up to "
             f"${held.needed_usd:.6f}).",

@@ -80,6 +80,15 @@ class Denied:
     scope: str  # the scope with the least money left
     remaining_usd: float
     needed_usd: float  # the cheapest candidate
+    # The least any capped scope would have left were every open hold settled for nothing
+    # (its limit minus its spend): below ``needed_usd`` the refusal is final; at or above
+    # it, holds now open may leave room once they settle. None: not known.
+    unheld_usd: float | None = None
+
+    @property
+    def final(self) -> bool:
+        """Whether no settlement of the holds now open can make room for this request."""
+        return self.unheld_usd is None or self.unheld_usd < self.needed_usd
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,6 +79,7 @@ class MemoryBudgetStore:
             )
         fields: list[str] = []
         best: int | None = None
+        unheld: int | None = None
         binding = ""
         for scope in scopes:
             limit, _ = self._limit(scope)
@@ -86,9 +87,11 @@ class MemoryBudgetStore:
             fields.append(field)
             if limit is None:
                 continue
-            left = to_nano(limit.limit_usd) - self._spent.get(field, 0) - self._held.get(field, 0)
+            room = to_nano(limit.limit_usd) - self._spent.get(field, 0)
+            left = room - self._held.get(field, 0)
             if best is None or left < best:
                 best, binding = left, scope.name
+            unheld = room if unheld is None else min(unheld, room)
         for choice, cost in enumerate(candidates_usd):
             amount = to_nano(cost)
             if best is None or amount <= best:
@@ -96,7 +99,12 @@ class MemoryBudgetStore:
                     self._held[field] = self._held.get(field, 0) + amount
                 self._holds[request_id] = _Hold(amount, choice, tuple(fields), clock + self.ttl_s)
                 return Reservation(request_id, to_usd(amount), choice, tuple(fields))
-        return Denied(binding, to_usd(best or 0), min(candidates_usd, default=0.0))
+        return Denied(
+            binding,
+            to_usd(best or 0),
+            min(candidates_usd, default=0.0),
+            None if unheld is None else to_usd(unheld),
+        )
 
     async def settle(
         self, reservation: Reservation, cost_usd: float, event: SpendEvent | None = None

@@ -109,6 +109,7 @@ local nscopes = tonumber(ARGV[i])
 i = i + 1
 local fields = {}
 local best = nil
+local unheld = nil
 local binding = ''
 for s = 1, nscopes do
   local name, limit, window = ARGV[i], ARGV[i + 1], ARGV[i + 2]
@@ -131,6 +132,7 @@ for s = 1, nscopes do
       best = left
       binding = name
     end
+    if unheld == nil or tonumber(limit) - spent < unheld then unheld = tonumber(limit) - spent end
   end
 end
 for c = 1, ncand do
@@ -143,7 +145,7 @@ for c = 1, ncand do
     return {1, c - 1, amount, joined}
   end
 end
-return {0, binding, tostring(best)}
+return {0, binding, tostring(best), tostring(unheld)}
 """
 )
 
@@ -258,10 +260,12 @@ class RedisBudgetStore:
                 fields=tuple(fields.split("\t")) if fields else (),
             )
         remaining = _text(reply[2])
+        unheld = _text(reply[3]) if len(reply) > 3 else "nil"
         return Denied(
             scope=_text(reply[1]),
             remaining_usd=to_usd(float(remaining)) if remaining != "nil" else 0.0,
             needed_usd=min(candidates_usd),
+            unheld_usd=to_usd(float(unheld)) if unheld != "nil" else None,
         )
 
     async def settle(

@@ -6,6 +6,7 @@ admin API and the metrics."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import time
 from collections import Counter
@@ -37,6 +38,7 @@ from tiergate_testing.gateways import RunningGateway, running_gateway
 from tiergate_testing.upstream import running_upstream
 
 REMOTE = "text-embedding-3-small"
+PATIENT_KEY = "tg-patient-key-0123456789"
 AUTO = [{"role": "user", "content": "route me"}]
 
 
@@ -55,6 +57,12 @@ def gateway() -> Iterator[tuple[RunningGateway, str]]:
         config["embeddings"] = {REMOTE: {"engine": "remote-embed"}}
         config["prices"][REMOTE] = {"input": 20.0, "output": 0}
         config["tenants"]["acme"]["cache"] = {"max_temperature": 0.0}
+        config["tenants"]["patient"] = {
+            "keys": [
+                {"id": "patient-1", "sha256": hashlib.sha256(PATIENT_KEY.encode()).hexdigest()}
+            ],
+            "budget": {"limit_usd": 10 * LINE_COST, "window": "total"},
+        }
         config["cache"] = {"key_prefix": f"{prefix}:cache"}
         with running_gateway(config) as running:
             yield running, prefix
@@ -199,6 +207,37 @@ def test_a_budget_for_30_of_100_lines_answers_at_most_30(
     assert status.limit_usd is not None
     assert status.spent_usd <= status.limit_usd + 1e-12
     assert probe.wait_no_holds() == 0  # nothing held afterwards
+
+
+def test_a_line_is_refused_for_budget_only_when_settling_the_holds_cannot_pay_it(
+    gateway: tuple[RunningGateway, str],
+) -> None:
+    """40 lines whose worst case (40 tokens) is 5 times what they cost (8), 8 at once, on a
+    budget of 10 lines' cost: a line refused while others' holds fill the budget waits for
+    them to settle, so lines are answered while the budget minus its spend pays a worst
+    case (spent 0 to 5 of 10: exactly 6 lines); the other 34 are ``insufficient_quota``
+    once it cannot. Before, a refusal was final however many holds were open: 4 answered."""
+    running, prefix = gateway
+    client = client_for(running, PATIENT_KEY)
+    body = {"model": "small", "max_tokens": 40}
+    lines = [
+        _line(
+            f"p{i}",
+            "/v1/chat/completions",
+            {**body, "messages": [{"role": "user", "content": f"p {i}"}]},
+        )
+        for i in range(40)
+    ]
+    batch = run_batch(client, lines)
+    assert batch.status == "completed"
+    answered, refused = jsonl(client, batch.output_file_id), jsonl(client, batch.error_file_id)
+    assert (len(answered), len(refused)) == (6, 34)
+    assert {r["response"]["body"]["error"]["code"] for r in refused} == {"insufficient_quota"}
+    probe = BudgetProbe(prefix)
+    assert probe.wait_no_holds() == 0
+    status = probe.status(tenant_scopes(running.state.config, "patient"))[tenant_scope("patient")]
+    assert status.spent_usd == pytest.approx(6 * LINE_COST)
+    assert status.limit_usd is not None and status.spent_usd <= status.limit_usd + 1e-12
 
 
 def test_cancel_ends_the_queued_lines_and_keeps_the_answered(

@@ -216,3 +216,24 @@ async def test_a_fail_open_charge_counts_once_even_past_the_cap(backend: Backend
     assert await store.active_holds() == 0
     days = await backend.ledger.daily(["acme"], *[datetime.now(UTC).date()] * 2)
     assert days[0].get("cost_usd") == pytest.approx(0.5)  # the one charge with an event
+
+
+async def test_a_denial_says_whether_settling_the_open_holds_could_make_room(
+    backend: Backend,
+) -> None:
+    """Refused while holds fill the budget: not final (its spend leaves room for the worst
+    case once they settle); refused once the spend itself leaves too little: final. The
+    scope that binds is the one with the least unspent (the key's here)."""
+    store = backend.budgets
+    first = await store.reserve("h1", scopes(1.0, 0.8), [0.6])
+    assert isinstance(first, Reservation)
+    waiting = await store.reserve("h2", scopes(1.0, 0.8), [0.5])
+    assert isinstance(waiting, Denied) and not waiting.final
+    assert waiting.unheld_usd == pytest.approx(0.8)
+    await store.settle(first, 0.4, event("h1", 0.4))
+    ran = await store.reserve("h2", scopes(1.0, 0.8), [0.3])
+    assert isinstance(ran, Reservation)
+    await store.settle(ran, 0.3, event("h2", 0.3))
+    final = await store.reserve("h3", scopes(1.0, 0.8), [0.2])
+    assert isinstance(final, Denied) and final.final
+    assert final.unheld_usd == pytest.approx(0.1)
