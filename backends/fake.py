@@ -9,6 +9,10 @@ way a model would: when the last message is the user's and contains a rule's ``w
 (case-insensitive) and the request offers that tool, it streams that call; when the
 last message is a tool result, it answers in text that quotes the result's start. It
 honours ``stop`` as an engine does: the text ends before the first stop string.
+
+With ``logprobs`` asked it returns one ``TokenLogprob`` per token, as llama.cpp and vLLM
+do: near ``logprob`` (a confident model), or near a ``logprob_rules`` rule's value when
+the prompt contains its ``when`` (an unsure one).
 """
 
 from __future__ import annotations
@@ -25,12 +29,14 @@ from backends.base import (
     EngineCounters,
     EngineLoad,
     GenerationRequest,
+    TokenLogprob,
     Usage,
     unsupported_field,
 )
 from backends.errors import EngineOverloaded, EngineUnavailable, UpstreamFailed, UpstreamRejected
 
 TOOL_FEATURES = frozenset({"tools", "tool_choice", "parallel_tool_calls"})
+LOGPROB_FEATURES = frozenset({"logprobs", "top_logprobs"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,12 +98,19 @@ class FakeEngine:
         dead: bool = False,
         tools: bool = False,
         tool_script: Sequence[Mapping[str, Any]] = (),
+        logprob: float = -0.1,
+        logprob_rules: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         self.name = name
         self.model = model
         self.counters = EngineCounters()
-        # Text generation only, unless it plays a tool-calling model.
-        self.capabilities: frozenset[str] = TOOL_FEATURES if tools else frozenset()
+        # Text generation and its log-probabilities, unless it plays a tool-calling model.
+        tool_features = TOOL_FEATURES if tools else frozenset()
+        self.capabilities: frozenset[str] = LOGPROB_FEATURES | tool_features
+        self.logprob = logprob
+        self.logprob_rules = tuple(
+            (str(r["when"]).lower(), float(r["logprob"])) for r in logprob_rules
+        )
         self.tokens = tokens
         self.token_delay_s = token_delay_s
         self.first_token_delay_s = first_token_delay_s
@@ -129,6 +142,16 @@ class FakeEngine:
             f"{_prompt_text(request)}|{request.sampling.seed}".encode()
         ).hexdigest()
         return [f" w{digest[i % 60 : i % 60 + 4]}" for i in range(self.tokens)]
+
+    def token_logprob(self, request: GenerationRequest, word: str, index: int) -> TokenLogprob:
+        """A token's log-probability: the rule's value (or ``logprob``) less up to 0.04,
+        varying by place as a model's do; with ``top_logprobs`` the token leads them."""
+        text = _prompt_text(request).lower()
+        base = next((lp for when, lp in self.logprob_rules if when in text), self.logprob)
+        value = base - 0.01 * (index % 5)
+        top = [(word, value, word.encode())]
+        top += [(f" alt{k}", value - k, f" alt{k}".encode()) for k in range(1, 20)]
+        return TokenLogprob(word, value, word.encode(), tuple(top[: request.top_logprobs or 0]))
 
     def scripted_call(self, request: GenerationRequest) -> ToolRule | None:
         """The rule whose tool this request should call, if any."""
@@ -176,9 +199,10 @@ class FakeEngine:
                     raise UpstreamFailed(f"{self.name} failed after {sent} tokens")
                 if self.token_delay_s:
                     await asyncio.sleep(self.token_delay_s)
+                logprobs = (self.token_logprob(request, word, sent),) if request.logprobs else None
                 sent += 1
                 self.counters.generated_tokens += 1
-                yield Chunk(text=word)
+                yield Chunk(text=word, logprobs=logprobs)
         except BaseException:
             self.counters.aborted += 1
             raise

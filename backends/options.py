@@ -35,6 +35,15 @@ class FakeToolRule(BaseModel):
     broken: bool = False  # arguments cut in half: a call the model could not form
 
 
+class FakeLogprobRule(BaseModel):
+    """Token log-probabilities of an unsure model: when the prompt contains ``when``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    when: str = Field(min_length=1)
+    logprob: float = Field(le=0)
+
+
 class FakeOptions(EngineOptions):
     tokens: int = Field(16, ge=0)
     token_delay_s: float = Field(0.0, ge=0)
@@ -44,6 +53,8 @@ class FakeOptions(EngineOptions):
     dead: bool = False
     tools: bool = False  # declare tool calling (the script below makes the calls)
     tool_script: tuple[FakeToolRule, ...] = ()
+    logprob: float = Field(-0.1, le=0)  # each token's, near it (a confident model)
+    logprob_rules: tuple[FakeLogprobRule, ...] = ()
 
 
 class LlamaCppOptions(EngineOptions):

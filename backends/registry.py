@@ -29,13 +29,17 @@ class Backend:
     options: type[EngineOptions]
     # Runs in this process or on this machine: a guardrail's ``local`` request may use it.
     in_process: bool = True
+    # Whether its answers carry token log-probabilities (routing.escalation judges the
+    # cheap answer by them). Forwarding backends: only if the server behind returns them,
+    # which the engine spec declares (``logprobs: true``); SGLang's adapter asks for none.
+    logprobs: bool = False
 
 
 BACKENDS: dict[str, Backend] = {
-    "fake": Backend("backends.fake:FakeEngine", FakeOptions),
-    "llamacpp": Backend("backends.llamacpp:LlamaCppEngine", LlamaCppOptions),
+    "fake": Backend("backends.fake:FakeEngine", FakeOptions, logprobs=True),
+    "llamacpp": Backend("backends.llamacpp:LlamaCppEngine", LlamaCppOptions, logprobs=True),
     "litellm": Backend("backends.litellm:LiteLLMEngine", LiteLLMOptions, in_process=False),
-    "vllm": Backend("backends.vllm:VllmEngine", VllmOptions),
+    "vllm": Backend("backends.vllm:VllmEngine", VllmOptions, logprobs=True),
     "sglang": Backend("backends.sglang:SglangEngine", SglangOptions),
     "openai": Backend("backends.openai_compat:OpenAICompatEngine", OpenAIOptions, in_process=False),
 }

@@ -23,6 +23,7 @@ from policies.tenants import Principal
 from routers.classifier import ComplexityScore
 from routers.decision import TierDecision
 from routers.embedding import EmbeddingOnce
+from routers.escalation import EscalationPlan
 from routers.session import SessionHint
 from routers.session_policy import SessionTurn
 from routers.tier_quality import ServedQuality
@@ -75,6 +76,7 @@ class RoutedRequest:
         return self.priority == "batch"
 
     session: SessionTurn | None = None  # ``auto`` under ``routing.sessions``: its session
+    escalation: EscalationPlan | None = None  # the cheaper tier answers first (``auto``)
 
     @property
     def tier(self) -> str:
@@ -112,6 +114,11 @@ class Progress:
     cache_entry: str | None = None  # the entry a hit came from (``Lookup.entry_id``)
     run_cap: int = 0  # the max_tokens the engine request ran with
     replica: str | None = None  # the engine replica that answered
+    # routing.escalation: None (no cheap attempt), "kept" or "escalated"; the cheap
+    # answer's signal, and what its attempt cost when it was not the answer.
+    escalation: str | None = None
+    escalation_signal: float | None = None
+    escalation_added_usd: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +154,14 @@ class Outcome:
     dispatched: bool
     batch: bool = False  # a batch line: charged at the model's batch price
     saved_batch_usd: float = 0.0  # the interactive price of the same answer, minus the cost
+    escalation: str | None = None  # None | "kept" | "escalated" (``Progress.escalation``)
+    escalation_signal: float | None = None
+    escalation_added_usd: float = 0.0  # the cheap attempt's cost, in ``cost_usd``
+
+    @property
+    def attempts(self) -> int:
+        """Engine attempts that ran: 2 when a cheap answer was re-asked one tier up."""
+        return 2 if self.escalation == "escalated" else 1
 
     def ledger_event(
         self,
@@ -179,6 +194,10 @@ class Outcome:
             metadata=metadata,
             batch=self.batch,
             saved_batch_usd=self.saved_batch_usd,
+            judged=self.escalation is not None,
+            escalated=self.escalation == "escalated",
+            attempts=self.attempts,
+            escalation_added_usd=self.escalation_added_usd,
         )
 
     def denial_event(

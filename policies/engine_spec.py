@@ -10,6 +10,9 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from backends.registry import BACKENDS
 from policies.frozen import Frozen
 
+# Backends that forward to a server: what its answers carry is the server's to say.
+FORWARDING = frozenset({"openai", "litellm"})
+
 
 class DiscoverySpec(Frozen):
     """Where an ``openai`` engine's nodes are found, re-read every ``refresh_s``: the A/AAAA
@@ -50,6 +53,9 @@ class EngineSpec(Frozen):
     # Content the model can read; a request with other parts skips or gets a 400.
     modalities: tuple[Literal["text", "image", "audio", "file"], ...] = ("text",)
     discover: DiscoverySpec | None = None
+    # Whether its answers carry token log-probabilities (routing.escalation needs them on
+    # a tier that answers first); unset: the backend's declaration (backends/registry.py).
+    logprobs: bool | None = None
 
     @field_validator("backend")
     @classmethod
@@ -74,6 +80,11 @@ class EngineSpec(Frozen):
 
     @model_validator(mode="after")
     def _discovered(self) -> EngineSpec:
+        if self.logprobs is not None and self.backend not in FORWARDING:
+            raise ValueError(
+                f"logprobs is declared by backend {self.backend!r} itself; only a forwarding "
+                f"backend ({', '.join(sorted(FORWARDING))}) takes it from the engine"
+            )
         if self.discover is None:
             if self.backend == "openai" and "api_base" not in self.options:
                 raise ValueError("backend 'openai' needs options.api_base (or discover)")

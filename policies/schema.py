@@ -15,6 +15,7 @@ from pydantic import (
 from policies.batches_spec import BatchesConfig
 from policies.embedding_spec import EmbeddingSpec, embedding_problems
 from policies.engine_spec import EngineSpec, TierSpec
+from policies.escalation_spec import EscalationSpec, escalation_problems
 from policies.feedback_spec import FeedbackConfig, feedback_problems
 from policies.frozen import Frozen
 from policies.guardrails_spec import GuardrailsSpec, guardrails_problems
@@ -165,6 +166,14 @@ class TenantSpec(Frozen):
     mcp_log_arguments: bool = False
     # PII and secrets: redact, block, keep local, log (policies/guardrails_spec.py).
     guardrails: GuardrailsSpec | None = None
+    # This tenant's escalation (policies/escalation_spec.py), instead of routing.escalation.
+    escalation: EscalationSpec | None = None
+
+    def escalation_of(self, routing: RoutingConfig) -> EscalationSpec | None:
+        """The escalation this tenant's ``auto`` requests run by (its own, else the
+        gateway's); None when off."""
+        spec = self.escalation if self.escalation is not None else routing.escalation
+        return spec if spec is not None and spec.on else None
 
 
 class CacheConfig(Frozen):
@@ -278,6 +287,8 @@ class RoutingConfig(Frozen):
     feedback: FeedbackConfig | None = None  # learn from traffic (policies/feedback_spec.py)
     # An agent's turns as one session (policies/session_spec.py); null: every turn alone.
     sessions: SessionsConfig | None = SessionsConfig()
+    # The cheaper tier answers first when the router is unsure (policies/escalation_spec.py).
+    escalation: EscalationSpec | None = None
 
     @model_validator(mode="after")
     def _ordered(self) -> RoutingConfig:
@@ -423,6 +434,11 @@ class GatewayConfig(Frozen):
             )
         )
         problems.extend(guardrails_problems(self.guardrail_blocks()))
+        escalations = {"routing.escalation": self.routing.escalation}
+        escalations.update(
+            {f"tenants.{n}.escalation": t.escalation for n, t in self.tenants.items()}
+        )
+        problems.extend(escalation_problems(escalations, self.engines, self.tiers))
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -19,6 +19,7 @@ from backends.errors import EngineError, EngineUnavailable
 from backends.pool import EnginePool, StreamInfo
 from gateway.cache.record import CachedResponse, Recorder
 from gateway.cache.service import CacheProbe, Lookup
+from gateway.core import escalation
 from gateway.errors import ApiError, GatewayTimeout, from_engine_error
 from gateway.guardrails.guard import RequestGuard
 from gateway.learning.service import Feedback
@@ -115,7 +116,8 @@ class Run:
                 self._end(*refusal(exc))
                 raise
         self._admitted()
-        if not await self._from_cache():
+        # routing.escalation: the cheaper tier's answer first, kept or re-asked one tier up
+        if not await self._from_cache() and not await escalation.first_attempt(self):
             await self._dispatch()
 
     def _admitted(self) -> None:
@@ -369,6 +371,8 @@ class Run:
         headers.update(self.hold.headers)
         if seen.downgraded_from is not None:
             headers["x-tiergate-downgraded"] = f"{seen.downgraded_from}->{seen.tier}"
+        if seen.escalation is not None:  # a cheaper tier answered first: was it re-asked?
+            headers["x-tiergate-escalated"] = str(seen.escalation == "escalated").lower()
         if self.outcome is not None and not self.routed.stream:
             headers["x-tiergate-cost-usd"] = f"{self.outcome.cost_usd:.8f}"
         timer = current_timer()

@@ -85,12 +85,31 @@ async def explain_route(request: Request, call: TenantDep) -> Response:
         "quality_model": _quality_model(routed),
         "objective": _objective(routed.decision.choice, config),
         "session": None if routed.session is None else routed.session.describe(),
+        "escalation": _escalation(routed),
         "trail": list(routed.decision.trail),
     }
     headers = {"x-tiergate-tier": routed.tier}
     if complexity is not None:
         headers["x-tiergate-complexity"] = f"{complexity.score:.4f}"
     return Response(orjson.dumps(answer), media_type="application/json", headers=headers)
+
+
+def _escalation(routed: RoutedRequest) -> dict[str, object] | None:
+    """The cheap-first plan (routing.escalation): which tier answers first, which is asked
+    when its answer is weak, and by what rule; None when the router's tier answers alone
+    (the trail says why)."""
+    plan = routed.escalation
+    if plan is None:
+        return None
+    spec = plan.spec
+    return {
+        "first": plan.cheap,
+        "then": plan.then,
+        "reason": plan.reason,
+        "signal": spec.signal,
+        "quantile": spec.quantile if spec.signal == "quantile" else None,
+        "threshold": spec.threshold,
+    }
 
 
 def _per_tier(config: GatewayConfig, values: tuple[float, ...] | None) -> dict[str, float] | None:

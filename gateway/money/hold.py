@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from backends.base import Usage
 from gateway.errors import ApiError, InsufficientQuota, RateLimited, ServiceUnavailable
-from gateway.money.spend import WorstCase, admission_worst, run_cap
+from gateway.money.spend import WorstCase, admission_worst, escalation_worst, run_cap
 from gateway.telemetry.timing import timed
 from policies.schema import GatewayConfig
 from policies.stores.budget import GLOBAL_SCOPE, BudgetStore, Denied, Reservation
@@ -86,6 +86,11 @@ class Ticket:
     @property
     def downgraded(self) -> bool:
         return self.held.tier != self.requested_tier
+
+    @property
+    def escalation_held(self) -> bool:
+        """Both attempts of an escalation are held (else the router's tier runs alone)."""
+        return self.held.worst.attempts == 2
 
     @property
     def completion_cap(self) -> int:
@@ -147,8 +152,10 @@ class Hold:
 
     @classmethod
     def for_generation(cls, money: Money, routed: RoutedRequest) -> Hold:
-        """A generation's hold: its tier's worst case, then (a ``downgrade`` tenant) the
-        cheaper tiers it may be moved to, most capable first."""
+        """A generation's hold: with an escalation plan, both attempts' worst cases as
+        one candidate first; then its tier's worst case (the router's tier alone, no
+        escalation), then (a ``downgrade`` tenant) the cheaper tiers it may be moved to,
+        most capable first."""
         config, decision = routed.config, routed.decision
         worst, rate_tokens = admission_worst(
             config,
@@ -158,6 +165,10 @@ class Hold:
             decision.pinned_model,
             routed.batch,
         )
+        plan = routed.escalation
+        if plan is not None:
+            both = escalation_worst(config, routed.generation, decision.tier, plan.cheap, plan.then)
+            worst = [both, *worst]
         return cls(money, config, routed, worst, rate_tokens)
 
     async def open(self) -> Ticket:

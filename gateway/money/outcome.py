@@ -53,7 +53,8 @@ def conclude(
         saved_cache = progress.hit_cost_usd - listed
         saved_routing = routing_saving(config, progress.hit_cost_usd, *tokens)
     else:
-        listed = model_cost(config, progress.model, usage)
+        # an escalated answer's cost includes the cheap attempt it replaced
+        listed = model_cost(config, progress.model, usage) + progress.escalation_added_usd
         saved_cache = 0.0
         saved_routing = routing_saving(config, listed, *tokens) if usage.total_tokens else 0.0
     cost = listed * batch_rate(config, progress.model) if batch else listed
@@ -81,6 +82,9 @@ def conclude(
         dispatched=progress.dispatched,
         batch=batch,
         saved_batch_usd=listed - cost,
+        escalation=progress.escalation,
+        escalation_signal=progress.escalation_signal,
+        escalation_added_usd=progress.escalation_added_usd,
     )
 
 

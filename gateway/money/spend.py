@@ -23,6 +23,7 @@ class WorstCase:
     usd: float
     prompt_tokens: int  # upper estimate
     completion_tokens: int  # the cap the request runs under
+    attempts: int = 1  # 2: an escalation's cheap attempt and the next tier's, held as one
 
 
 TOOL_PROMPT_BYTES = 512
@@ -201,3 +202,20 @@ def worst_cases(
         )
         for i, tier in enumerate(tiers)
     ]
+
+
+def escalation_worst(
+    config: GatewayConfig, generation: GenerationRequest, tier: str, cheap: str, then: str
+) -> WorstCase:
+    """Both attempts of an escalation held as one candidate before the first runs: the
+    cheap tier's worst case plus the next tier's (each over its failover chain), so the
+    second attempt can never overspend. It stands for the router's ``tier``; both
+    attempts run under the smaller of the two caps."""
+    first, second = worst_cases(config, [cheap, then], generation, None)
+    return WorstCase(
+        tier,
+        first.usd + second.usd,
+        max(first.prompt_tokens, second.prompt_tokens),
+        min(first.completion_tokens, second.completion_tokens),
+        attempts=2,
+    )

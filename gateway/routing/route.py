@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from backends.base import GenerationRequest
 from gateway.errors import InvalidRequest, ModelNotFound, PermissionDenied
-from gateway.routing.capabilities import fit_tier
+from gateway.routing.capabilities import demands, fit_tier, shortfall, tier_support
 from gateway.routing.router import Router, served_quality
 from gateway.routing.session_route import SessionPlan, plan_session, record_session, session_turn
 from gateway.telemetry.timing import timed
@@ -34,8 +34,10 @@ from routers.decision import (
     UnknownModel,
     UnknownTier,
     decide,
+    permitted_tiers,
 )
 from routers.embedding import EmbeddingOnce, last_user_text
+from routers.escalation import EscalationPlan, plan_escalation
 from routers.features import message_text, prompt_messages
 from routers.objective import TierChoice
 from routers.session_policy import SessionTurn
@@ -106,6 +108,7 @@ async def route(
     session = None
     if plan is not None:
         session = await _keep(config, router, plan, decision.tier, build.request_id, explain)
+    escalation, decision = _escalation(config, router, ask, decision)
     return RoutedRequest(
         config=config,
         request_id=build.request_id,
@@ -123,7 +126,39 @@ async def route(
         metadata=ask.metadata or None,
         priority=ask.priority,
         session=session,
+        escalation=escalation,
     )
+
+
+def _escalation(
+    config: GatewayConfig, router: Router, ask: Ask, decision: TierDecision
+) -> tuple[EscalationPlan | None, TierDecision]:
+    """``routing.escalation`` (or the tenant's): whether a cheaper tier answers first,
+    on the trail either way once it is on. Requests whose answer a token probability
+    cannot judge run on the router's tier alone (docs/routing.md, "Escalation")."""
+    policy = ask.principal.policy
+    spec = policy.escalation_of(config.routing)
+    if spec is None:
+        return None, decision
+    build = ask.generation
+    excluded = None
+    if build.tools:
+        excluded = "tools"
+    elif build.response_format is not None and build.response_format.get("type") != "text":
+        excluded = "a response_format"
+    elif ask.priority == "batch":
+        excluded = "a batch line"
+    permitted = permitted_tiers(config, policy)
+    if demands(build):  # both attempts' tiers must be able to serve it
+        permitted = [
+            t
+            for t in permitted
+            if shortfall(tier_support(config, router.replicas, t), build) is None
+        ]
+    plan, why = plan_escalation(spec, decision, list(config.tiers), permitted, excluded)
+    if plan is not None:
+        why = f"escalation: {plan.cheap} answers first, then {plan.then} ({plan.reason})"
+    return plan, decision if why is None else decision.noted(why)
 
 
 async def _keep(

@@ -124,6 +124,16 @@ class GatewayMetrics:
         self.denials = counter(
             "tiergate_denials", "Requests refused by budget or rate limit.", (*t, "reason")
         )
+        # routing.escalation: cheap answers judged, by result (kept | escalated), under
+        # the tier that answered; and what the re-asked cheap attempts cost
+        self.escalations = counter(
+            "tiergate_escalations", "Cheap answers judged, by result.", (*t, "tier", "result")
+        )
+        self.escalation_added = counter(
+            "tiergate_escalation_added_usd",
+            "USD of cheap attempts re-asked one tier up, by the tier that answered.",
+            (*t, "tier"),
+        )
         self.classifier = histogram(
             "tiergate_classifier_duration_seconds",
             "Complexity classification latency.",
@@ -252,6 +262,13 @@ class GatewayMetrics:
             signal = record.ttft_s if self._latency_signal == "ttft" else record.latency_s
             if signal is not None:
                 self.autoscaler.observe(record.tier, signal, time.monotonic())
+
+    def escalation_ended(self, tenant: str, tier: str, result: str, added_usd: float) -> None:
+        """A cheap answer was judged: ``kept``, or ``escalated`` at ``added_usd``."""
+        t = self._tenant(tenant)
+        self._child(self.escalations, *t, tier, result).inc()
+        if added_usd > 0:
+            self._child(self.escalation_added, *t, tier).inc(added_usd)
 
     def denied(self, tenant: str, reason: str) -> None:
         """A request refused by a budget (``budget``) or a rate limit (``rate_limit``)."""

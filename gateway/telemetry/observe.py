@@ -82,6 +82,10 @@ def record(metrics: GatewayMetrics, tenant: str, outcome: Outcome, endpoint: str
     )
     if outcome.denied is not None:
         metrics.denied(tenant, outcome.denied)
+    if outcome.escalation is not None:
+        metrics.escalation_ended(
+            tenant, outcome.tier, outcome.escalation, outcome.escalation_added_usd
+        )
     if outcome.classify_s is not None:
         metrics.classified(outcome.classify_s)
 
@@ -118,6 +122,12 @@ def finish(
         attributes["tiergate.denied"] = outcome.denied
     if outcome.ttft_s is not None:
         attributes["tiergate.ttft_s"] = outcome.ttft_s
+    if outcome.escalation is not None:
+        attributes["tiergate.escalation"] = outcome.escalation
+        attributes["tiergate.attempts"] = outcome.attempts
+        attributes["tiergate.escalation_added_usd"] = outcome.escalation_added_usd
+        if outcome.escalation_signal is not None:
+            attributes["tiergate.escalation_signal"] = outcome.escalation_signal
     generation.set_attributes(attributes)
     if outcome.error is not None:
         generation.set_status(Status(StatusCode.ERROR, outcome.error))

@@ -20,6 +20,7 @@ from policies.stores.latency_buckets import bucket_of
 
 _OPTIONAL = frozenset(
     {"metadata", "server", "tool", "result_bytes", "arguments", "batch", "saved_batch_usd"}
+    | {"judged", "escalated", "attempts", "escalation_added_usd"}
 )
 
 
@@ -71,6 +72,13 @@ class SpendEvent:
     tool: str = ""
     result_bytes: int = 0
     arguments: str | None = None  # JSON, only where the tenant logs arguments
+    # routing.escalation: a cheaper tier answered first and its answer was judged; it was
+    # re-asked one tier up (``escalated``, two ``attempts``), the first attempt's cost
+    # in ``cost_usd`` and also here.
+    judged: bool = False
+    escalated: bool = False
+    attempts: int = 1
+    escalation_added_usd: float = 0.0
 
     def to_fields(self) -> dict[str, str]:
         out = {}
@@ -85,6 +93,13 @@ class SpendEvent:
             out["arguments"] = self.arguments
         if self.batch:  # left out for interactive requests
             out.update(batch="1", saved_batch_usd=str(self.saved_batch_usd))
+        if self.judged:  # left out where no cheap answer was judged
+            out.update(
+                judged="1",
+                escalated=str(int(self.escalated)),
+                attempts=str(self.attempts),
+                escalation_added_usd=str(self.escalation_added_usd),
+            )
         return out
 
     @classmethod
@@ -138,6 +153,10 @@ class SpendEvent:
             out["batch_requests"] = 1.0
             out["batch_cost_usd"] = self.cost_usd
             out["saved_batch_usd"] = self.saved_batch_usd
+        if self.judged:
+            out["escalation_judged"] = 1.0
+            out["escalation_escalated" if self.escalated else "escalation_kept"] = 1.0
+            out["escalation_added_usd"] = self.escalation_added_usd
         return out
 
     def _tool_increments(self) -> dict[str, float]:

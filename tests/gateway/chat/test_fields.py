@@ -71,7 +71,7 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "function_call": {"function_call": "auto"},
 }
 BACKENDS = {
-    "fake": frozenset(),
+    "fake": frozenset({"logprobs", "top_logprobs"}),
     "llamacpp": LLAMACPP,
     "sglang": BASE_CAPABILITIES | TOOL_CAPABILITIES,
     "openai": FEATURES,
