@@ -7,7 +7,8 @@ replica that served its last turn, for prefix affinity on every replica). Separa
 so a turn's write never overwrites the signal that arrived while it ran. Each session
 expires ``ttl_s`` after its last turn, and at most ``max_sessions`` are kept (the least
 recently used beyond that are dropped). A request id maps to its session for as long,
-so ``/v1/feedback`` finds the session of the request it judges.
+so ``/v1/feedback`` finds the session of the request it judges: the latest
+``max_sessions x REQUESTS_PER_SESSION`` requests, the older ones forgotten first.
 
 ``MemorySessionStore`` here (one process); ``RedisSessionStore`` in
 ``policies/stores/sessions_redis.py`` (keys in docs/redis-keys.md).
@@ -21,7 +22,7 @@ from typing import Protocol
 
 STATE, SIGNAL, REPLICA = "state", "signal", "replica"
 FIELDS = (STATE, SIGNAL, REPLICA)
-REQUESTS_PER_SESSION = 16  # the in-process request index: this many per kept session
+REQUESTS_PER_SESSION = 16  # the request index: this many per kept session, at most
 
 
 class SessionStore(Protocol):

@@ -7,16 +7,20 @@ cluster slot:
 * ``P:{session}:s:ID``: hash ``state`` / ``signal`` / ``replica``, expiring ``ttl_s``
   after the last turn;
 * ``P:{session}:order``: zset session id → server ms of its last turn (the bound);
-* ``P:{session}:r:REQUEST_ID``: string, the request's session id, expiring with it.
+* ``P:{session}:r:REQUEST_ID``: string, the request's session id, expiring with it;
+* ``P:{session}:requests``: zset request id → server ms of its turn: at most
+  ``max_sessions x REQUESTS_PER_SESSION`` indexed requests, the oldest unlinked
+  beyond that (as the in-process store keeps them).
 """
 
 from __future__ import annotations
 
-from policies.stores.sessions import FIELDS
+from policies.stores.sessions import FIELDS, REQUESTS_PER_SESSION
 from policies.stores.store_redis import RedisStore
 
-# KEYS: session hash, order, request index.  ARGV: session id, state, consumed signal
-# ("" for none), ttl ms, max sessions, session key prefix.
+# KEYS: session hash, order, request index, requests.  ARGV: session id, state, consumed
+# signal ("" for none), ttl ms, max sessions, session key prefix, request id, max requests,
+# request key prefix.
 WRITE_SCRIPT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -34,6 +38,14 @@ local over = redis.call('ZCARD', KEYS[2]) - cap
 if over > 0 then
   local popped = redis.call('ZPOPMIN', KEYS[2], over)
   for i = 1, #popped, 2 do redis.call('UNLINK', prefix .. popped[i]) end
+end
+redis.call('ZADD', KEYS[4], now, ARGV[7])
+redis.call('PEXPIRE', KEYS[4], ttl)
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - ttl)
+local extra = redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[8])
+if extra > 0 then
+  local popped = redis.call('ZPOPMIN', KEYS[4], extra)
+  for i = 1, #popped, 2 do redis.call('UNLINK', ARGV[9] .. popped[i]) end
 end
 return 1
 """
@@ -69,7 +81,12 @@ class RedisSessionStore:
         ttl_s: float,
         max_sessions: int,
     ) -> None:
-        keys = [self._session(session), f"{self.prefix}:order", f"{self.prefix}:r:{request_id}"]
+        keys = [
+            self._session(session),
+            f"{self.prefix}:order",
+            f"{self.prefix}:r:{request_id}",
+            f"{self.prefix}:requests",
+        ]
         ttl_ms = max(int(ttl_s * 1000), 1)
         args: list[str | int | float | bytes] = [
             session,
@@ -78,6 +95,9 @@ class RedisSessionStore:
             ttl_ms,
             max_sessions,
             f"{self.prefix}:s:",
+            request_id,
+            max_sessions * REQUESTS_PER_SESSION,
+            f"{self.prefix}:r:",
         ]
         await self._write("session write", keys, args)
 

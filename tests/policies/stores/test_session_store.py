@@ -66,3 +66,19 @@ async def test_sessions_expire_and_beyond_the_bound_the_least_recent_go(
     await asyncio.sleep(0.2)
     assert await sessions.read("brief") == {}
     assert await sessions.session_of("rb") is None
+
+
+async def test_the_request_index_keeps_the_latest_sixteen_per_kept_session(
+    sessions: SessionStore,
+) -> None:
+    """``max_sessions`` 1: 16 requests indexed, the oldest forgotten first (before, on
+    Redis: one key per request for the TTL, 20,000 requests left 20,024 keys)."""
+    for i in range(40):
+        await sessions.write("s", b"x", f"q{i:02d}", None, TTL, 1)
+        await asyncio.sleep(0.002)  # distinct server milliseconds: a clear order
+    found = [i for i in range(40) if await sessions.session_of(f"q{i:02d}") == "s"]
+    assert found == list(range(24, 40))
+    if isinstance(sessions, RedisSessionStore):
+        owner = sessions.store
+        keys = [k async for k in owner.client.scan_iter(match=f"{sessions.prefix}:r:*")]
+        assert len(keys) == 16
