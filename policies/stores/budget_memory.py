@@ -3,6 +3,7 @@ method runs to completion on the event loop without awaiting in between."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -44,6 +45,9 @@ class MemoryBudgetStore:
         self._spent: dict[str, int] = {}
         self._held: dict[str, int] = {}
         self._holds: dict[str, _Hold] = {}
+        # At most the earliest deadline of any hold: until the clock reaches it, none has
+        # expired and ``_purge`` scans nothing (a scan per request was O(holds in flight)).
+        self._next_expiry = math.inf
         self._settled: dict[str, float] = {}
         self._windows: tuple[str, str] = ("", "")  # the day and month ids counted in
 
@@ -59,8 +63,15 @@ class MemoryBudgetStore:
                 self._held[field] = left
 
     def _purge(self, clock: float) -> None:
+        if clock < self._next_expiry:
+            return
         for request_id in [r for r, h in self._holds.items() if h.deadline <= clock]:
             self._release(request_id)
+        self._next_expiry = min((h.deadline for h in self._holds.values()), default=math.inf)
+
+    def _hold(self, request_id: str, hold: _Hold) -> None:
+        self._holds[request_id] = hold
+        self._next_expiry = min(self._next_expiry, hold.deadline)
 
     def _limit(self, scope: Scope) -> tuple[BudgetSpec | None, bool]:
         if scope.name in self._limits:
@@ -97,7 +108,7 @@ class MemoryBudgetStore:
             if best is None or amount <= best:
                 for field in fields:
                     self._held[field] = self._held.get(field, 0) + amount
-                self._holds[request_id] = _Hold(amount, choice, tuple(fields), clock + self.ttl_s)
+                self._hold(request_id, _Hold(amount, choice, tuple(fields), clock + self.ttl_s))
                 return Reservation(request_id, to_usd(amount), choice, tuple(fields))
         return Denied(
             binding,
@@ -174,7 +185,7 @@ class MemoryBudgetStore:
         hold = self._holds.get(reservation.request_id)
         if hold is None or hold.deadline <= clock:
             return False
-        self._holds[reservation.request_id] = replace(hold, deadline=clock + self.ttl_s)
+        self._hold(reservation.request_id, replace(hold, deadline=clock + self.ttl_s))
         return True
 
     async def status(self, scopes: Sequence[Scope]) -> list[ScopeStatus]:

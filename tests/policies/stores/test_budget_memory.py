@@ -46,6 +46,29 @@ async def test_settled_ids_are_refused_for_one_ttl_then_forgotten() -> None:
     assert not await settle(store, "r3")
 
 
+async def test_each_hold_expires_at_its_own_deadline_whatever_settled_before() -> None:
+    """Holds are scanned only once the earliest deadline the store knows has passed; one
+    settled early leaves that deadline behind, which costs a scan, never a late release."""
+    clock = Clock(1_000_000.0)
+    store = MemoryBudgetStore(MemoryLedger(), ttl_s=10, clock=clock)
+    assert await settle(store, "early")  # its deadline, t+10, stays the earliest known
+    clock.now += 5
+    assert isinstance(await store.reserve("lost", SCOPES, [0.1]), Reservation)  # due t+15
+    clock.now += 1
+    store.ttl_s = 2
+    assert isinstance(await store.reserve("short", SCOPES, [0.1]), Reservation)  # due t+8
+    clock.now += 1  # t+7
+    assert await store.active_holds() == 2
+    clock.now += 1  # t+8: "short" is due, "lost" is not
+    assert await store.active_holds() == 1
+    clock.now += 6.5  # t+14.5
+    assert await store.active_holds() == 1
+    clock.now += 0.5  # t+15
+    assert await store.active_holds() == 0
+    (status,) = await store.status(SCOPES)
+    assert status.held_usd == 0.0
+
+
 async def test_memory_is_bounded_by_rate_times_ttl() -> None:
     clock = Clock(1_000_000.0)
     store = MemoryBudgetStore(MemoryLedger(), ttl_s=10, clock=clock)
