@@ -69,6 +69,7 @@ def overview(
     )
     requests = totals["requests"]
     hits = totals["cache_exact"] + totals["cache_semantic"]
+    judged = totals["escalation_judged"]
     return {
         "days": list(days),
         "spend": spend,
@@ -84,6 +85,15 @@ def overview(
             "baseline_usd": cost + routing + cache + batch,
             "denied_budget": totals["denied_budget"],
             "denied_rate_limit": totals["denied_rate_limit"],
+        },
+        # routing.escalation: cheap answers judged, kept, re-asked one tier up, what the
+        # re-asked cheap attempts cost (in cost_usd too)
+        "escalation": {
+            "judged": judged,
+            "kept": totals["escalation_kept"],
+            "escalated": totals["escalation_escalated"],
+            "rate": totals["escalation_escalated"] / judged if judged else 0.0,
+            "added_usd": totals["escalation_added_usd"],
         },
         "tier_mix": {tier: tier_requests.get(tier, 0.0) for tier in by_tier},
         "tier_cost": {tier: tier_cost.get(tier, 0.0) for tier in by_tier},

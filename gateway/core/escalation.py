@@ -95,6 +95,18 @@ async def first_attempt(run: Run) -> bool:
     return False
 
 
+def headers(seen: Progress | Outcome) -> dict[str, str]:
+    """``x-tiergate-escalated`` (``true``: the cheap answer was re-asked one tier up;
+    ``false``: it was kept) and the signal it was judged by, when a cheap tier answered
+    first; a stream sends them after the verdict, as the cheap attempt is held."""
+    if seen.escalation is None:
+        return {}
+    out = {"x-tiergate-escalated": str(seen.escalation == "escalated").lower()}
+    if seen.escalation_signal is not None:
+        out["x-tiergate-escalation-signal"] = f"{seen.escalation_signal:.6f}"
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class HeldAnswer:
     """The cheap attempt as it ended: its chunks as the client would get them (None: it

@@ -371,8 +371,7 @@ class Run:
         headers.update(self.hold.headers)
         if seen.downgraded_from is not None:
             headers["x-tiergate-downgraded"] = f"{seen.downgraded_from}->{seen.tier}"
-        if seen.escalation is not None:  # a cheaper tier answered first: was it re-asked?
-            headers["x-tiergate-escalated"] = str(seen.escalation == "escalated").lower()
+        headers.update(escalation.headers(seen))
         if self.outcome is not None and not self.routed.stream:
             headers["x-tiergate-cost-usd"] = f"{self.outcome.cost_usd:.8f}"
         timer = current_timer()

@@ -80,6 +80,10 @@ function drawOverview(o) {
     : "–";
   $("kpi-cache").textContent = usd(t.saved_cache_usd);
   $("kpi-batch").textContent = `${usd(t.saved_batch_usd)} (${t.batch_requests.toLocaleString()} lines)`;
+  const x = o.escalation;
+  $("kpi-escalation").textContent = x.judged
+    ? `${(100 * x.rate).toFixed(1)} % re-asked (${x.escalated.toLocaleString()} of ${x.judged.toLocaleString()}), ${x.kept.toLocaleString()} kept, +${usd(x.added_usd)}`
+    : "–";
   $("kpi-hit").textContent = (100 * o.cache.hit_rate).toFixed(1) + " %";
   $("kpi-denied").textContent = `${t.denied_budget} / ${t.denied_rate_limit}`;
 

@@ -203,6 +203,7 @@ def test_dashboard_in_headless_chromium(browser: Any, gateway: RunningGateway) -
     # Auto-refresh: a new event shows up after a minute without touching the page.
     page.click("button[data-days='7']")
     wait_loaded(page, week_start.isoformat(), today.isoformat())
+    assert page.locator("#kpi-escalation").inner_text() == "\u2013"  # none judged yet
     late = SpendEvent(
         ts=datetime.now(UTC).timestamp() - 1,
         request_id="req-late",
@@ -215,6 +216,11 @@ def test_dashboard_in_headless_chromium(browser: Any, gateway: RunningGateway) -
         completion_tokens=10,
         latency_ms=1500,
         ttft_ms=300,
+        # a small answer judged weak and re-asked on large: its attempt cost $0.25
+        judged=True,
+        escalated=True,
+        attempts=2,
+        escalation_added_usd=0.25,
     )
     gateway.call(gateway.state.parts.money.ledger.record(late))
     events.append(late)
@@ -222,6 +228,9 @@ def test_dashboard_in_headless_chromium(browser: Any, gateway: RunningGateway) -
     page.clock.run_for(61_000)
     wait_loaded(page, week_start.isoformat(), today.isoformat())
     check_charts(page, expected(events, week_start, today))
+    assert (
+        page.locator("#kpi-escalation").inner_text() == "100.0 % re-asked (1 of 1), 0 kept, +$0.25"
+    )
 
     ARTIFACT.parent.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACT), full_page=True)

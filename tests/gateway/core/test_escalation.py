@@ -17,6 +17,7 @@ import pytest
 
 from policies.stores.budget import GLOBAL_SCOPE, Scope, tenant_scope
 from policies.stores.ledger import SpendEvent
+from tests.gateway.ledger_seed import ADMIN_KEY, admin_config
 from tests.redis_servers import RedisProcess
 from tiergate_testing.configs import TEST_KEY, fake_config
 from tiergate_testing.gateways import RunningGateway, concurrent_chats, running_gateway
@@ -40,7 +41,7 @@ def escalating(**engine: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def gateway() -> Iterator[RunningGateway]:
-    with running_gateway(escalating()) as running:
+    with running_gateway(admin_config(escalating())) as running:
         yield running
 
 
@@ -116,6 +117,7 @@ def test_route_ledger_and_metrics_say_so(gateway: RunningGateway, client: openai
         "threshold": -2.5,
     }
     assert any(step.startswith("escalation: small answers first") for step in shown["trail"])
+    ask(client, EASY, seed=7)  # one kept
     _, headers = ask(client, HARD, seed=7)
     request_id = headers["x-request-id"]
     ledger = gateway.state.parts.money.ledger
@@ -129,6 +131,29 @@ def test_route_ledger_and_metrics_say_so(gateway: RunningGateway, client: openai
     assert 'tiergate_escalations_total{result="escalated",tier="medium"}' in metrics
     assert 'tiergate_escalations_total{result="kept",tier="small"}' in metrics
     assert 'tiergate_escalation_added_usd_total{tier="medium"}' in metrics
+
+
+def test_the_dashboard_counts_judged_kept_and_reasked(
+    gateway: RunningGateway, client: openai.OpenAI
+) -> None:
+    ids = [
+        ask(client, messages, seed=20 + i)[1]["x-request-id"]
+        for i, messages in enumerate((EASY, HARD, HARD))
+    ]
+    events = [wait_for_event(gateway, request_id) for request_id in ids]
+    assert [e.escalated for e in events] == [False, True, True]
+    everything = gateway.call(gateway.state.parts.money.ledger.events(0, time.time() + 60))
+    judged = [e for e in everything if e.judged]
+    auth = {"authorization": f"Bearer {ADMIN_KEY}"}
+    tile = httpx.get(gateway.base_url + "/admin/api/overview", headers=auth).json()["escalation"]
+    escalated = sum(e.escalated for e in judged)
+    assert tile == {
+        "judged": len(judged),
+        "kept": len(judged) - escalated,
+        "escalated": escalated,
+        "rate": pytest.approx(escalated / len(judged)),
+        "added_usd": pytest.approx(escalated * SMALL),
+    }
 
 
 def wait_for_event(gateway: RunningGateway, request_id: str) -> SpendEvent:
