@@ -22,11 +22,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from policies.escalation_spec import EscalationSpec
 from routers.decision import TierDecision
-from routers.objective import relative
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,8 +123,10 @@ def _near_threshold(
 
 
 def relative_costs(cost: Sequence[float]) -> list[float]:
-    """Costs as shares of the dearest (last) tier's, as the objective weighs them."""
-    return [float(v) for v in relative(np.asarray(cost, dtype=np.float64))]
+    """Costs as shares of the dearest (last) tier's, as ``routers.objective.relative``
+    weighs them (in plain floats: a few tiers, on every request)."""
+    largest = cost[-1]
+    return [c / largest if largest > 0 else 0.0 for c in cost]
 
 
 def signal_of(logprobs: Sequence[float], spec: EscalationSpec) -> float | None:

@@ -9,8 +9,8 @@ import pytest
 
 from policies.escalation_spec import EscalationSpec
 from routers.decision import TierDecision
-from routers.escalation import judge, plan_escalation, quantile, signal_of
-from routers.objective import TierChoice
+from routers.escalation import judge, plan_escalation, quantile, relative_costs, signal_of
+from routers.objective import TierChoice, relative
 
 TIERS = ["small", "medium", "large"]
 UNSURE = EscalationSpec(mode="unsure", margin=0.1)
@@ -104,3 +104,9 @@ def test_signals_and_the_verdict() -> None:
     assert judge([-0.1, -0.2], spec).kept
     empty = judge([], spec)
     assert empty == empty.__class__(None, False, "no token to judge")
+
+
+def test_cost_shares_are_the_objectives() -> None:
+    for cost in ([1.0, 2.0, 4.0], [0.0, 0.0, 0.0], [3.0, 0.5, 9.0]):
+        want = relative(np.asarray([cost]))[0]
+        assert relative_costs(cost) == pytest.approx(list(want))
