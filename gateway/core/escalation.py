@@ -145,22 +145,47 @@ async def _attempt(run: Run, plan: EscalationPlan) -> HeldAnswer:
                     chunks.append(chunk)
     except EngineError:
         failed = True  # nothing of it reaches the client; the next tier answers
-    except TimeoutError:
-        raise run._timed_out() from None
-    except asyncio.CancelledError:
+    except (TimeoutError, asyncio.CancelledError) as exc:
+        _ended_holding(run, plan, info, chunks)
+        if isinstance(exc, TimeoutError):
+            raise run._timed_out() from None
         run._end("cancelled")
         raise
     finally:
         await _aclose(stream)
-    model = info.model or config.engines[config.tiers[cheap].engines[0]].model
+    model = _model(run, cheap, info)
     ended = not failed and bool(chunks) and chunks[-1].finish_reason is not None
     usage = chunks[-1].usage if chunks else None
     if usage is None:  # what it streamed, one token a chunk (never more than its cap)
         ticket = run.hold.ticket
-        prompt = ticket.prompt_upper if ticket is not None else 0
-        usage = Usage(prompt, min(sum(1 for c in chunks if c.text), run.progress.run_cap))
+        prompt = ticket.prompt_upper if ticket is not None and chunks else 0
+        usage = Usage(prompt, min(_tokens(chunks), run.progress.run_cap))
     cost = model_cost(config, model, usage)
     return HeldAnswer(chunks if ended else None, logprobs, model, info.replica, cost)
+
+
+def _model(run: Run, tier: str, info: StreamInfo) -> str:
+    config = run.config
+    return info.model or config.engines[config.tiers[tier].engines[0]].model
+
+
+def _tokens(chunks: Sequence[Chunk]) -> int:
+    return sum(1 for c in chunks if c.text or c.tool_call_deltas)
+
+
+def _ended_holding(run: Run, plan: EscalationPlan, info: StreamInfo, chunks: list[Chunk]) -> None:
+    """The request ended (deadline, client gone) while the cheap answer was held: it is
+    charged as what the cheap tier generated, as a stream cut short is."""
+    if not chunks:
+        return
+    run._move(plan.cheap, f"escalation: ended during the {plan.cheap} attempt")
+    progress = run.progress
+    progress.model, progress.replica, progress.dispatched = (
+        _model(run, plan.cheap, info),
+        info.replica,
+        True,
+    )
+    progress.streamed_chunks = _tokens(chunks)
 
 
 async def _replay(chunks: Sequence[Chunk]) -> AsyncIterator[Chunk]:

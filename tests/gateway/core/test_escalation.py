@@ -225,3 +225,24 @@ def test_a_budget_for_one_attempt_runs_the_routers_tier_alone() -> None:
             assert answer.model == "fake-small"
     finally:
         server.stop()
+
+
+def test_a_client_gone_during_the_cheap_attempt_pays_what_it_generated() -> None:
+    with running_gateway(escalating(token_delay_s=0.1)) as gateway:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(
+                gateway.base_url + "/v1/chat/completions",
+                json={"model": "auto", "messages": HARD, "max_tokens": 8},
+                headers={"authorization": f"Bearer {TEST_KEY}"},
+                timeout=0.45,  # about four of the cheap tier's eight tokens
+            )
+        ledger = gateway.state.parts.money.ledger
+        deadline = time.monotonic() + 10
+        events: list[SpendEvent] = []
+        while not events and time.monotonic() < deadline:
+            events = gateway.call(ledger.events(0, time.time() + 60))
+            time.sleep(0.05)
+        (event,) = events
+        assert event.status == "cancelled" and event.tier == "small"
+        assert 1 <= event.completion_tokens < 8
+        assert event.cost_usd == pytest.approx(event.completion_tokens * 0.2 / 1e6)
