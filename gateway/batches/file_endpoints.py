@@ -22,6 +22,7 @@ from gateway.edge.deps import TenantDep
 from gateway.edge.http import GatewayEndpoint, TenantCall, read_body
 from gateway.edge.openapi import errors
 from gateway.errors import InvalidRequest
+from gateway.guardrails.values import guard_jsonl
 
 MULTIPART_OVERHEAD = 64 * 1024  # the form's other fields and boundaries
 UPLOAD = {
@@ -108,6 +109,8 @@ async def create_file(request: Request, call: TenantDep) -> Response:
     if not content.strip():
         raise InvalidRequest("file: the file is empty", param="file")
     ttl = _ttl(form, spec.file_ttl_s)
+    # kept as the tenant's ``guardrails:`` leaves it: the bucket and the store never hold a value
+    content = guard_jsonl(call.principal, content, call.core.parts.metrics)
     record = await files.keep(
         call.principal.tenant, upload.filename or "upload.jsonl", "batch", content, ttl
     )

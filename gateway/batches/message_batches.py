@@ -20,9 +20,10 @@ from gateway.batches.jobs import cancel, key_digest, owned
 from gateway.batches.protocol import MESSAGES_ENDPOINT, CreateMessageBatch
 from gateway.batches.render import message_batch
 from gateway.edge.deps import TenantDep
-from gateway.edge.http import GatewayEndpoint, read_body
+from gateway.edge.http import GatewayEndpoint, TenantCall, read_body
 from gateway.edge.openapi import MESSAGES_ERRORS, request_body
 from gateway.errors import InvalidRequest
+from gateway.guardrails.values import guard_value
 from gateway.wire.common import parse_body
 from policies.stores.batch_records import ENDED, LineResult
 
@@ -47,8 +48,20 @@ async def create_message_batch(request: Request, call: TenantDep) -> Response:
     body = parse_body(CreateMessageBatch, raw, depth=None)
     batch_id = new_batch_id("anthropic")
     order = Order(call.principal, key_digest(request), "anthropic", MESSAGES_ENDPOINT, batch_id)
-    record = await create(files_of(call), spec, order, anthropic_lines(body.requests))
+    requests = [
+        r.model_copy(update={"params": guarded_params(call, i, r.params)})
+        for i, r in enumerate(body.requests)
+    ]
+    record = await create(files_of(call), spec, order, anthropic_lines(requests))
     return json(message_batch(record, str(request.base_url)))
+
+
+def guarded_params(call: TenantCall, index: int, params: Any) -> Any:
+    """A request's params as the tenant's ``guardrails:`` leaves them: the batch is
+    kept, so a value is never (``local`` included); a ``block`` value refuses it."""
+    metrics = call.core.parts.metrics
+    where = f"requests[{index}].params"
+    return guard_value(call.principal, params, where, remote=False, kept=True, metrics=metrics)
 
 
 @endpoints.get("/v1/messages/batches", name="list_message_batches")

@@ -17,7 +17,7 @@ from backends.pool import EnginePool, Replica
 from gateway.cache.record import CachedResponse
 from gateway.cache.service import PromptCache
 from gateway.core.serving import Run
-from gateway.guardrails.screen import keep_local, screen
+from gateway.guardrails.screen import keep_local, screen_off_loop
 from gateway.learning.service import Feedback
 from gateway.money.hold import Money
 from gateway.routing.route import embedding_of, route
@@ -63,7 +63,7 @@ class ServingCore:
         """The request's cache lookups, its tier, and its ``Run`` (not yet admitted).
         The guard goes first: what follows sees the request as its ``guardrails:``
         redacted it (``gateway.guardrails.screen``)."""
-        ask, guard = screen(ask, self.config, self.parts.metrics)
+        ask, guard = await screen_off_loop(ask, self.config, self.parts.metrics)
         parts = self.parts
         embedding = embedding_of(parts.router, ask.generation)
         probe = None

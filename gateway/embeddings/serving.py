@@ -28,6 +28,8 @@ from gateway.errors import (
     ServiceUnavailable,
     from_engine_error,
 )
+from gateway.guardrails.policy import policy_for
+from gateway.guardrails.values import guard_value
 from gateway.money.hold import Hold, Money, refusal
 from gateway.money.outcome import EMBEDDINGS, embedding_outcome
 from gateway.money.spend import WorstCase, model_cost, text_upper_tokens
@@ -223,6 +225,25 @@ def _source(core: ServingCore, call: EmbeddingCall) -> ServedEmbedder | Embeddin
     return served
 
 
+def _guarded(
+    core: ServingCore, principal: Principal, body: EmbeddingRequest, *, remote: bool
+) -> EmbeddingRequest:
+    """The inputs (and ``user``) as the caller's ``guardrails:`` leaves them: embedded
+    redacted, a ``block`` a 400; ``local`` may use the in-process embedder only."""
+    if policy_for(principal) is None:
+        return body
+    if body.texts() is None:
+        raise InvalidRequest(
+            "guardrails: token-id inputs cannot be checked for what this key's guardrails "
+            "look for; send the text",
+            param="input",
+        )
+    metrics = core.parts.metrics
+    fields = {"input": body.input, "user": body.user}
+    guarded = guard_value(principal, fields, "embeddings", remote=remote, metrics=metrics)
+    return body.model_copy(update=guarded)
+
+
 async def create_embeddings(
     core: ServingCore,
     principal: Principal,
@@ -237,6 +258,7 @@ async def create_embeddings(
     config = core.config
     call = _call(config, principal, body.model, request_id, batch)
     source = _source(core, call)
+    body = _guarded(core, principal, body, remote=not isinstance(source, ServedEmbedder))
     if isinstance(source, ServedEmbedder):
         prepared = await _prepare_local(source, call.model, body)
     else:

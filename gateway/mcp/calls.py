@@ -34,6 +34,8 @@ from opentelemetry.trace import (
 )
 
 from gateway.errors import ApiError, RateLimited, ServiceUnavailable
+from gateway.guardrails.policy import policy_for
+from gateway.guardrails.values import guard_value
 from gateway.mcp.caller import Caller, trace_parent
 from gateway.mcp.errors import from_failure, from_refusal, unknown
 from gateway.mcp.metrics import McpMetrics
@@ -136,6 +138,7 @@ class ToolCalls:
             )
             if rejection is not None:
                 raise MCPError(rejection.code, rejection.message, rejection.data)
+        params = _guarded_arguments(caller, params)
         call = ToolCall(caller.config, new_request_id("mcp"), caller.principal, caller.metadata)
         span = self._span(caller, params.name, call.request_id, meta)
         token = otel_context.attach(set_span_in_context(span))  # the upstream joins the trace
@@ -148,7 +151,7 @@ class ToolCalls:
             self.metrics.record(caller.principal.tenant, outcome)
         if isinstance(result, Exception):
             raise result
-        return result
+        return _guarded_result(caller, result)
 
     async def _listed(self, caller: Caller, server: str, tool: str) -> types.Tool | None:
         """The tool exactly as the server lists it to this caller (its listing is kept
@@ -273,6 +276,39 @@ class ToolCalls:
             span.set_status(Status(StatusCode.ERROR, outcome.status))
             span.set_attribute("error.type", outcome.denied or outcome.status)
         span.end()
+
+
+def _guarded_arguments(
+    caller: Caller, params: types.CallToolRequestParams
+) -> types.CallToolRequestParams:
+    """The arguments as the caller's ``guardrails:`` leaves them, before the upstream (or
+    the ledger, ``mcp_log_arguments``) sees them; a ``block`` or ``local`` value refuses
+    the call (an MCP server is not an in-process tier)."""
+    if not params.arguments:
+        return params
+    metrics = caller.core.parts.metrics
+    try:
+        arguments = guard_value(
+            caller.principal, dict(params.arguments), "arguments", remote=True, metrics=metrics
+        )
+    except ApiError as exc:
+        raise from_refusal(exc) from None
+    return params.model_copy(update={"arguments": arguments})
+
+
+def _guarded_result(caller: Caller, result: types.CallToolResult) -> types.CallToolResult:
+    """The tool's result redacted by the same policy before the client (its model) sees it."""
+    if policy_for(caller.principal) is None:
+        return result
+    dumped = result.model_dump(by_alias=True, exclude_none=True)
+    metrics = caller.core.parts.metrics
+    try:
+        guarded = guard_value(
+            caller.principal, dumped, "result", remote=False, metrics=metrics, side="answer"
+        )
+    except ApiError as exc:
+        raise from_refusal(exc) from None
+    return types.CallToolResult.model_validate(guarded)
 
 
 async def _record(money: Money, event: SpendEvent) -> None:

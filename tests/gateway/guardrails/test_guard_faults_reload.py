@@ -4,6 +4,7 @@ request."""
 
 from __future__ import annotations
 
+import importlib.machinery
 import os
 import sys
 import types
@@ -49,6 +50,7 @@ class Provider:
 def broken_presidio(monkeypatch: pytest.MonkeyPatch) -> None:
     """A stand-in for the ``presidio_analyzer`` package whose analyzer always fails."""
     package = types.ModuleType("presidio_analyzer")
+    package.__spec__ = importlib.machinery.ModuleSpec("presidio_analyzer", None)
     package.AnalyzerEngine = BrokenAnalyzer  # type: ignore[attr-defined]
     engines = types.ModuleType("presidio_analyzer.nlp_engine")
     engines.NlpEngineProvider = Provider  # type: ignore[attr-defined]

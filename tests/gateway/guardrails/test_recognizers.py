@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from gateway.guardrails.recognizers import find, luhn, valid_iban, valid_ssn
+
+EVAL = Path(__file__).resolve().parents[3] / "data" / "guardrails" / "eval.jsonl"
 
 
 def kinds(text: str) -> list[tuple[str, str]]:
@@ -92,3 +97,13 @@ def test_overlaps_resolve_to_one_value() -> None:
         ("EMAIL", "a@b.io"),
         ("CARD", "4111-1111-1111-1111"),
     ]
+
+
+def test_the_labelled_set_is_read_whole_and_no_look_alike_is_flagged() -> None:
+    """data/guardrails/eval.jsonl (bench/experiments/guardrails_quality.py): every value
+    found with its type, nothing else found, no benign sentence flagged."""
+    rows = [json.loads(line) for line in EVAL.read_text().splitlines() if line.strip()]
+    assert len(rows) > 90
+    for row in rows:
+        want = {(v["type"], v["value"]) for v in row["values"]}
+        assert set(kinds(row["text"])) == want, row["text"]
