@@ -26,6 +26,7 @@ from backends.base import Chunk, GenerationRequest, Usage
 from backends.errors import EngineError
 from backends.pool import EnginePool, StreamInfo
 from gateway.errors import GatewayTimeout
+from gateway.guardrails.guard import RequestGuard
 from gateway.money.hold import Hold
 from gateway.money.spend import model_cost
 from gateway.telemetry.timing import timed
@@ -49,6 +50,7 @@ class Run(Protocol):
     progress: Progress
     decision: TierDecision
     trace: RequestTrace
+    guard: RequestGuard | None  # guardrails: local tiers only, the answer's window
     _deadline: float
 
     def _move(self, tier: str, why: str) -> None: ...
@@ -66,6 +68,9 @@ async def first_attempt(run: Run) -> bool:
     plan, ticket = run.routed.escalation, run.hold.ticket
     if plan is None or ticket is None:
         return False
+    guard = run.guard
+    if guard is not None and not guard.admits(plan.cheap):
+        return False  # a ``local`` request: no attempt on a remote cheap tier
     if not ticket.escalation_held:
         if not ticket.downgraded:
             run.progress.trail = (
@@ -86,8 +91,10 @@ async def first_attempt(run: Run) -> bool:
         run._move(plan.cheap, f"escalation: kept the {plan.cheap} answer ({verdict.why})")
         progress.model, progress.replica = held.model, held.replica
         progress.dispatched = True
-        first, *rest = held.chunks
-        run._primed(_replay(rest), first)
+        replay = _replay(held.chunks)
+        if guard is not None:  # the held answer through the guardrails' window, as any
+            replay = guard.stream(plan.cheap, replay)
+        run._primed(replay, await anext(replay))
         return True
     progress.escalation = "escalated"
     progress.escalation_added_usd = held.cost_usd

@@ -53,8 +53,12 @@ class RequestGuard:
     def restores(self) -> bool:
         return self.redactor.policy.restore and bool(self.redactor.values)
 
+    def admits(self, tier: str) -> bool:
+        """Whether ``tier`` may receive this request (a ``local`` one: in-process only)."""
+        return not self.local or in_process(self.config, tier)
+
     def stream(self, tier: str, stream: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
-        if self.local and not in_process(self.config, tier):
+        if not self.admits(tier):
             return _refused(tier, stream)
         spec = self.redactor.policy.spec
         if not spec.answer:
