@@ -148,7 +148,11 @@ def guarded_config(upstream: Upstream, prefix: str) -> dict[str, Any]:
         },
     }
     config["redis_url"], config["redis_prefix"] = REDIS_URL, prefix
-    config["cache"] = {"key_prefix": f"{prefix}:cache"}
+    # the exact and the semantic cache (the shipped static embedder: no model to build)
+    config["cache"] = {"semantic": True, "key_prefix": f"{prefix}:cache"}
+    config["routing"] = {"classifier": {"embedder": "static", "workers": 0}}
+    for tenant in config["tenants"].values():
+        tenant["cache"] = {"semantic_verify": "strict"}
     return config
 
 

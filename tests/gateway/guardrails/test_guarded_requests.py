@@ -127,10 +127,16 @@ def test_local_keeps_the_prompt_off_the_remote_tier(guarded: Guarded) -> None:
 
 
 def test_nothing_unredacted_is_kept_in_redis(guarded: Guarded) -> None:
-    # every request above ran with the planted values; the cache, the stored Responses,
-    # the ledger, the money: none holds one (the ``local`` SSN ran on the local tier)
+    # every request above ran with the planted values; the exact and the semantic cache,
+    # the stored Responses, the ledger, the money: none holds one (the ``local`` SSN ran
+    # on the local tier)
     kept = guarded.redis_text()
     assert guarded.prefix in kept  # the scan saw the gateway's keys
+    keys = [k for k in kept.splitlines() if k.startswith(guarded.prefix)]
+    assert any(":cache:{acme}:e:" in k for k in keys)  # the cache's entries
+    assert any(k.endswith(":cache:events") for k in keys)  # the semantic index's stream
+    assert any(":responses:resp_" in k for k in keys)  # stored Responses
+    assert any(k.endswith("{ledger}:events") for k in keys)  # the ledger
     for value in (CARD, EMAIL, KEY, IBAN, "4111111111111111"):
         assert value not in kept, value
     assert "<EMAIL_1>" in kept
