@@ -12,7 +12,10 @@ screen, the passthrough (no ``guardrails:`` block), and the answer's window.
   tokens come), and how many chunks the window holds before the first is released: the
   time to first byte grows by that many inter-token gaps (48 or 64 characters ≈ 12 or 16
   tokens of English);
-- NER (``--ner``, needs the ``guard-ner`` extra): Presidio + spaCy per prompt.
+- NER (``--ner``, needs the ``guard-ner`` extra): Presidio + spaCy per prompt;
+- TTFB (``--ttfb``): a gateway on loopback over the fake upstream streaming 4-character
+  chunks 20 ms apart; time to the first content byte for a key without guardrails and
+  for keys with a 48- and a 64-character window (medians of ``--requests``).
 
 CPU time of this process (not wall time), medians and ranges over ``--rounds``; the
 CPU is named in the output.
@@ -123,6 +126,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--ner", action="store_true")
+    parser.add_argument("--ttfb", action="store_true")
+    parser.add_argument("--requests", type=int, default=20)
     args = parser.parse_args()
     config = GatewayConfig.model_validate(fake_config())
     guarded, plain = asks()
@@ -158,6 +163,61 @@ def main() -> None:
         Redactor(policy).text("warm up: John Smith lives in Paris")
         values = [timed(lambda: Redactor(policy).text(BENIGN), 50) for _ in range(args.rounds)]
         print(f"{'NER (Presidio + en_core_web_sm), benign prompt':55s} {spread(values)}")
+    if args.ttfb:
+        ttfb(args.requests)
+
+
+def ttfb(requests: int) -> None:
+    """Time to the first content byte through a real gateway, with and without a window."""
+    import httpx
+
+    from tiergate_testing.gateways import running_gateway
+    from tiergate_testing.profiles import Profile
+    from tiergate_testing.upstream import running_upstream
+
+    keys = {
+        "plain": "tg-bench-plain-0001",
+        "w48": "tg-bench-w48-00001",
+        "w64": "tg-bench-w64-00001",
+    }
+    paced = Profile(chunks=64, gap_s=0.02, word="tok ")
+    with running_upstream({}, default=paced) as upstream:
+        raw = fake_config()
+        raw["engines"] = {
+            "up": {"backend": "openai", "model": "up-m", "options": {"api_base": upstream.base_url}}
+        }
+        raw["tiers"] = {name: {"engines": ["up"]} for name in ("small", "medium", "large")}
+        raw["prices"] = {"up-m": {"input": 1.0, "output": 1.0}}
+        raw["tenants"] = {}
+        for name, key in keys.items():
+            os.environ[f"BENCH_{name.upper()}_KEY"] = key
+            tenant: dict[str, object] = {
+                "keys": [{"id": name, "from_env": f"BENCH_{name.upper()}_KEY"}]
+            }
+            if name != "plain":
+                tenant["guardrails"] = {"detectors": EVERY, "window_chars": int(name[1:])}
+            raw["tenants"][name] = tenant
+        with running_gateway(raw) as gateway, httpx.Client(timeout=30) as client:
+            for name, key in keys.items():
+                firsts: list[float] = []
+                for i in range(requests):
+                    body = {
+                        "model": "small",
+                        "stream": True,
+                        "messages": [{"role": "user", "content": f"count {i}"}],
+                    }
+                    started = time.perf_counter()
+                    with client.stream(
+                        "POST",
+                        gateway.base_url + "/v1/chat/completions",
+                        json=body,
+                        headers={"authorization": f"Bearer {key}"},
+                    ) as response:
+                        for line in response.iter_lines():
+                            if '"content":"t' in line:
+                                firsts.append((time.perf_counter() - started) * 1000)
+                                break
+                print(f"TTFB {name:6s} {statistics.median(firsts):7.1f} ms (median of {requests})")
 
 
 if __name__ == "__main__":
