@@ -246,3 +246,22 @@ def test_a_client_gone_during_the_cheap_attempt_pays_what_it_generated() -> None
         assert event.status == "cancelled" and event.tier == "small"
         assert 1 <= event.completion_tokens < 8
         assert event.cost_usd == pytest.approx(event.completion_tokens * 0.2 / 1e6)
+
+
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+
+
+@pytest.mark.parametrize(
+    ("extra", "why"),
+    [
+        ({"tools": [TOOL]}, "escalation: not for tools"),
+        ({"model": "medium"}, "escalation: not for a named model or a forced tier"),
+    ],
+)
+def test_what_never_escalates_says_why(extra: dict[str, Any], why: str) -> None:
+    # (response_format: the fake has none; test_escalation_llamacpp.py)
+    with running_gateway(escalating(tools=True)) as gateway:
+        body = {"model": "auto", "messages": EASY, **extra}
+        auth = {"authorization": f"Bearer {TEST_KEY}"}
+        shown = httpx.post(gateway.base_url + "/v1/route", json=body, headers=auth).json()
+        assert shown["escalation"] is None and why in shown["trail"], shown

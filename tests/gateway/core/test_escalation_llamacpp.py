@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
 import numpy as np
 import openai
 import pytest
@@ -73,3 +74,14 @@ def test_an_escalated_answer_is_the_next_tiers_own(gateway: RunningGateway) -> N
     # both attempts charged: twice the one model's price for the same answer, give or take
     # the cheap attempt's own length
     assert float(headers["x-tiergate-cost-usd"]) > 0
+
+
+def test_a_json_answer_is_not_escalated(gateway: RunningGateway) -> None:
+    shown = httpx.post(
+        gateway.base_url + "/v1/route",
+        json={"messages": ASK, "response_format": {"type": "json_object"}},
+        headers={"authorization": f"Bearer {TEST_KEY}"},
+        timeout=30,
+    ).json()
+    assert shown["escalation"] is None
+    assert "escalation: not for a response_format" in shown["trail"]
