@@ -5,7 +5,18 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from gateway.admin import audit, batches, budgets, cache, keys, learning, pages, policies, tenants
+from gateway.admin import (
+    audit,
+    batches,
+    budgets,
+    cache,
+    guardrails,
+    keys,
+    learning,
+    pages,
+    policies,
+    tenants,
+)
 from gateway.admin import dashboard as api
 from gateway.admin.protocol import BudgetUpdate, KeyCreate, KeyUpdate, TenantCreate, TenantUpdate
 from gateway.edge.family import Family
@@ -43,6 +54,7 @@ FAMILY = Family(
         batches.endpoints,
         dashboard(),
         policies.endpoints,
+        guardrails.endpoints,
     ),
     bodies=(BudgetUpdate, KeyCreate, KeyUpdate, TenantCreate, TenantUpdate),
 )

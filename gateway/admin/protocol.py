@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from policies.escalation_spec import EscalationSpec
+from policies.guardrails_spec import GuardrailsSpec
 from policies.mcp_spec import McpCallLimit, ToolPattern
 from policies.schema import MAX_LIMIT_USD, BudgetSpec, CachePolicy, RateLimitSpec
 
@@ -79,6 +81,8 @@ class TenantFields(BaseModel):
     mcp_tools: tuple[ToolPattern, ...] = Field((), max_length=256)
     mcp_rate_limit: McpCallLimit | None = None
     mcp_log_arguments: bool = False
+    escalation: EscalationSpec | None = None
+    guardrails: GuardrailsSpec | None = None
 
 
 class TenantCreate(TenantFields):

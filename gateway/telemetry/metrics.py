@@ -12,6 +12,7 @@ are read from the engines when ``/metrics`` is scraped.
 from __future__ import annotations
 
 import time
+from collections import Counter as Counter_
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -207,6 +208,10 @@ class GatewayMetrics:
             (),
             GUARD_BUCKETS,
         )
+        # the same counts, kept for /admin/api/guardrails (this replica, since its start)
+        self.guard_totals: Counter_[tuple[str, str, str, str]] = Counter_()
+        self.guard_screens = 0
+        self.guard_screen_s = 0.0
 
     def guarded(
         self,
@@ -219,8 +224,11 @@ class GatewayMetrics:
         t = self._tenant(tenant)
         for (kind, action), count in counts.items():
             self._child(self.guard_found, *t, kind, action, side).inc(count)
+            self.guard_totals[(tenant, kind, action, side)] += count
         if seconds is not None:
             self.guard_latency.observe(seconds)
+            self.guard_screens += 1
+            self.guard_screen_s += seconds
 
     def batch_line_ended(self, result: str) -> None:
         """``completed``, ``failed``, ``cancelled`` or ``expired``."""

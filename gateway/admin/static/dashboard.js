@@ -273,12 +273,23 @@ function drawFeedback(f) {
   }
 }
 
+// guardrails: counts by type and action on this replica (never a value), the screen's time.
+function drawGuardrails(g) {
+  const found = g.detections.reduce((n, r) => n + r.count, 0);
+  const blocked = g.detections.filter((r) => r.action === "block").reduce((n, r) => n + r.count, 0);
+  const types = [...new Set(g.detections.map((r) => r.type))].sort().join(", ");
+  $("kpi-guardrails").textContent = g.screens
+    ? `${found.toLocaleString()} found${types ? ` (${types})` : ""}, ${blocked.toLocaleString()} blocked, ` +
+      `${Math.round(g.screen_mean_us)} \u00b5s a screen`
+    : "\u2013";
+}
+
 async function refresh() {
   $("status").textContent = "Loading…";
   try {
-    const [overview, denials, cache, feedback, tools, batches] = await Promise.all(
+    const [overview, denials, cache, feedback, tools, batches, guard] = await Promise.all(
       [getJSON("overview"), getJSON("denials"), cacheFigures(), getJSON("feedback"), getJSON("tool_calls"),
-        getJSON("batches")]);
+        getJSON("batches"), getJSON("guardrails")]);
     drawOverview(overview);
     drawLatency(overview.latency);
     drawShare(overview.tier_share);
@@ -287,6 +298,7 @@ async function refresh() {
     drawTools(overview.tool_calls, tools.tool_calls);
     drawCache(cache);
     drawFeedback(feedback);
+    drawGuardrails(guard);
     $("status").textContent = `${overview.range.start} to ${overview.range.end} (UTC), updated ${new Date().toLocaleTimeString()}`;
     document.body.dataset.loaded = `${overview.range.start}/${overview.range.end}`;
   } catch (err) {

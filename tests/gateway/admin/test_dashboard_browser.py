@@ -204,6 +204,7 @@ def test_dashboard_in_headless_chromium(browser: Any, gateway: RunningGateway) -
     page.click("button[data-days='7']")
     wait_loaded(page, week_start.isoformat(), today.isoformat())
     assert page.locator("#kpi-escalation").inner_text() == "\u2013"  # none judged yet
+    assert page.locator("#kpi-guardrails").inner_text() == "\u2013"  # no guardrails: block
     late = SpendEvent(
         ts=datetime.now(UTC).timestamp() - 1,
         request_id="req-late",

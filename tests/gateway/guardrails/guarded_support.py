@@ -28,6 +28,7 @@ PLANTED = (CARD, EMAIL, KEY, SSN, IBAN, "4111111111111111", "jane.doe")
 RESTORE_KEY = "tg-guard-restore-key-0001"
 OPEN_KEY = "tg-guard-plain-key-000002"
 BLOCK_KEY = "tg-guard-block-key-000003"
+ADMIN_KEY = "tg-guard-admin-key-000004"
 ANSWER = (
     f"Sure. The card on file is {CARD}, the contact is {EMAIL} and the API key "
     f"is {KEY}. Anything else I can help with today?"
@@ -147,6 +148,7 @@ def guarded_config(upstream: Upstream, prefix: str) -> dict[str, Any]:
             "guardrails": {"detectors": {"card": "block", "email": "redact"}, "window_chars": 48},
         },
     }
+    config["admin"] = {"key_from_env": "TIERGATE_GUARD_SUPPORT_ADMIN_KEY"}
     config["redis_url"], config["redis_prefix"] = REDIS_URL, prefix
     # the exact and the semantic cache (the shipped static embedder: no model to build)
     config["cache"] = {"semantic": True, "key_prefix": f"{prefix}:cache"}
@@ -161,6 +163,7 @@ def guarded_gateway() -> Iterator[Guarded]:
     os.environ["TIERGATE_GUARD_RESTORE_KEY"] = RESTORE_KEY
     os.environ["TIERGATE_GUARD_PLAIN_KEY"] = OPEN_KEY
     os.environ["TIERGATE_GUARD_BLOCK_KEY"] = BLOCK_KEY
+    os.environ["TIERGATE_GUARD_SUPPORT_ADMIN_KEY"] = ADMIN_KEY
     profiles = {f"cut-{size}": Profile(words=pieces(size)) for size in CUTS}
     echo = Profile(words=("Noted", ": ", "I will write to <EMAIL_1>", " soon."))
     with redis_prefix() as prefix, running_upstream(profiles, default=echo) as upstream:

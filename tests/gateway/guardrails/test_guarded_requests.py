@@ -12,6 +12,7 @@ import openai
 import pytest
 
 from tests.gateway.guardrails.guarded_support import (
+    ADMIN_KEY,
     CARD,
     EMAIL,
     IBAN,
@@ -151,3 +152,17 @@ def test_metrics_count_kinds_and_actions_never_values(guarded: Guarded) -> None:
     assert "tiergate_guardrail_screen_seconds_count" in text
     for value in PLANTED:
         assert value not in text
+    admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+    shown = httpx.get(guarded.gateway.base_url + "/admin/api/guardrails", headers=admin)
+    assert shown.status_code == 200, shown.text
+    body = shown.json()
+    rows = {
+        (r["tenant"], r["type"], r["action"], r["side"]): r["count"] for r in body["detections"]
+    }
+    assert rows[("acme", "IBAN", "block", "request")] >= 3
+    assert rows[("acme", "EMAIL", "redact", "request")] >= 4
+    assert body["screens"] > 0 and body["screen_mean_us"] > 0
+    assert body["guarded_tenants"] == ["acme", "blocker", "restorer"]
+    for value in PLANTED:
+        assert value not in shown.text
+    assert httpx.get(guarded.gateway.base_url + "/admin/api/guardrails").status_code == 401
