@@ -166,3 +166,34 @@ def test_metrics_count_kinds_and_actions_never_values(guarded: Guarded) -> None:
     for value in PLANTED:
         assert value not in shown.text
     assert httpx.get(guarded.gateway.base_url + "/admin/api/guardrails").status_code == 401
+
+
+def test_a_tenant_made_through_the_admin_api_has_its_guardrails(guarded: Guarded) -> None:
+    admin = httpx.Client(
+        base_url=guarded.gateway.base_url, headers={"authorization": f"Bearer {ADMIN_KEY}"}
+    )
+    made = admin.post(
+        "/admin/api/tenants",
+        json={
+            "name": "runtime",
+            "default_tier": "large",
+            "guardrails": {"detectors": {"email": "redact", "iban": "block"}},
+        },
+    )
+    assert made.status_code == 201, made.text
+    bad = admin.post(
+        "/admin/api/tenants", json={"name": "bad", "guardrails": {"detectors": {"x": "y"}}}
+    )
+    assert bad.status_code == 400
+    issued = admin.post("/admin/api/keys", json={"tenant": "runtime"})
+    assert issued.status_code == 201, issued.text
+    client = guarded.chat(issued.json()["key"])
+    since = len(guarded.bodies)
+    client.chat.completions.create(
+        model="large", messages=[{"role": "user", "content": f"write to {EMAIL}"}]
+    )
+    assert EMAIL not in sent(guarded, since) and "<EMAIL_1>" in sent(guarded, since)
+    with pytest.raises(openai.BadRequestError) as blocked:
+        client.chat.completions.create(model="large", messages=[{"role": "user", "content": IBAN}])
+    assert blocked.value.code == "guardrail_blocked"
+    admin.close()
