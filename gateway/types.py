@@ -119,6 +119,7 @@ class Progress:
     escalation: str | None = None
     escalation_signal: float | None = None
     escalation_added_usd: float = 0.0
+    escalation_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +158,12 @@ class Outcome:
     escalation: str | None = None  # None | "kept" | "escalated" (``Progress.escalation``)
     escalation_signal: float | None = None
     escalation_added_usd: float = 0.0  # the cheap attempt's cost, in ``cost_usd``
+    escalation_tokens: int = 0  # the re-asked cheap attempt's, for tokens-per-minute
+
+    @property
+    def rate_tokens(self) -> int:
+        """What tokens-per-minute counts: the answer's tokens and a re-asked attempt's."""
+        return self.usage.total_tokens + self.escalation_tokens
 
     @property
     def attempts(self) -> int:

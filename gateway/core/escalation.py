@@ -97,7 +97,7 @@ async def first_attempt(run: Run) -> bool:
         run._primed(replay, await anext(replay))
         return True
     progress.escalation = "escalated"
-    progress.escalation_added_usd = held.cost_usd
+    progress.escalation_added_usd, progress.escalation_tokens = held.cost_usd, held.tokens
     run._move(plan.then, f"escalation: {plan.cheap} answer weak ({verdict.why}): {plan.then}")
     return False
 
@@ -124,6 +124,7 @@ class HeldAnswer:
     model: str
     replica: str | None
     cost_usd: float
+    tokens: int  # prompt and completion, as charged
 
     def verdict(self, plan: EscalationPlan) -> Verdict:
         if self.chunks is None:
@@ -168,7 +169,8 @@ async def _attempt(run: Run, plan: EscalationPlan) -> HeldAnswer:
         prompt = ticket.prompt_upper if ticket is not None and chunks else 0
         usage = Usage(prompt, min(_tokens(chunks), run.progress.run_cap))
     cost = model_cost(config, model, usage)
-    return HeldAnswer(chunks if ended else None, logprobs, model, info.replica, cost)
+    kept = chunks if ended else None
+    return HeldAnswer(kept, logprobs, model, info.replica, cost, usage.total_tokens)
 
 
 def _model(run: Run, tier: str, info: StreamInfo) -> str:

@@ -46,6 +46,10 @@ class ToolOutcome:
     usage: Usage = NO_USAGE  # tool calls use no tokens
 
     @property
+    def rate_tokens(self) -> int:
+        return self.usage.total_tokens
+
+    @property
     def name(self) -> str:
         return f"{self.server}.{self.tool}"
 

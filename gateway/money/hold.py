@@ -121,6 +121,8 @@ class Concluded(Protocol):
     def cost_usd(self) -> float: ...
     @property
     def usage(self) -> Usage: ...
+    @property
+    def rate_tokens(self) -> int: ...  # what tokens-per-minute counts: every attempt's
     def ledger_event(
         self,
         request_id: str,
@@ -169,6 +171,7 @@ class Hold:
         if plan is not None:
             both = escalation_worst(config, routed.generation, decision.tier, plan.cheap, plan.then)
             worst = [both, *worst]
+            rate_tokens += both.prompt_tokens + both.completion_tokens  # the cheap attempt
         return cls(money, config, routed, worst, rate_tokens)
 
     async def open(self) -> Ticket:
@@ -315,7 +318,7 @@ async def settle(money: Money, routed: Admitted, ticket: Ticket, outcome: Conclu
     else:
         await money.journal.settle(reservation, outcome.cost_usd, event)
     if ticket.headers:
-        await correct_tokens(money.limiter, routed, ticket.rate_tokens, outcome.usage.total_tokens)
+        await correct_tokens(money.limiter, routed, ticket.rate_tokens, outcome.rate_tokens)
 
 
 async def correct_tokens(

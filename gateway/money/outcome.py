@@ -85,6 +85,7 @@ def conclude(
         escalation=progress.escalation,
         escalation_signal=progress.escalation_signal,
         escalation_added_usd=progress.escalation_added_usd,
+        escalation_tokens=progress.escalation_tokens,
     )
 
 

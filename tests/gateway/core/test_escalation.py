@@ -265,3 +265,20 @@ def test_what_never_escalates_says_why(extra: dict[str, Any], why: str) -> None:
         auth = {"authorization": f"Bearer {TEST_KEY}"}
         shown = httpx.post(gateway.base_url + "/v1/route", json=body, headers=auth).json()
         assert shown["escalation"] is None and why in shown["trail"], shown
+
+
+def test_tokens_per_minute_counts_both_attempts() -> None:
+    raw = escalating()
+    raw["tenants"]["acme"]["rate_limit"] = {"tokens_per_minute": 100_000}
+    with running_gateway(raw) as gateway:
+        client = openai.OpenAI(base_url=gateway.base_url + "/v1", api_key=TEST_KEY, max_retries=0)
+        first, headers = ask(client, HARD)
+        assert headers["x-tiergate-escalated"] == "true" and first.usage is not None
+        before = int(headers["x-ratelimit-remaining-tokens"])  # less its own estimate
+        time.sleep(0.3)  # settled: its estimate corrected to what both attempts used
+        _, again = ask(client, HARD)
+        # the same request again: the window holds the first one's real tokens (both
+        # attempts: the cheap one used as many as the answer here) where its estimate was
+        left = int(again["x-ratelimit-remaining-tokens"])
+        estimate = 100_000 - before
+        assert left == 100_000 - 2 * first.usage.total_tokens - estimate
