@@ -92,9 +92,14 @@ class ServingCore:
 
     async def route(self, ask: Ask) -> RoutedRequest:
         """The tier alone, as ``start`` would decide it (``/v1/route``, token counts): no
-        cache lookup, and the request is not counted as traffic."""
+        cache lookup, and the request is not counted as traffic (nor its guard's findings):
+        a ``block`` value is the same 400, a ``local`` one the same in-process tier."""
+        ask, guard = await screen_off_loop(ask, self.config)
         embedding = embedding_of(self.parts.router, ask.generation)
-        return await route(self.config, self.parts.router, ask, embedding, explain=True)
+        routed = await route(self.config, self.parts.router, ask, embedding, explain=True)
+        if guard is not None and guard.local:
+            routed = keep_local(routed, ask, guard)
+        return routed
 
 
 def _admits(config: GatewayConfig, ask: Ask, hit: CachedResponse) -> bool:

@@ -24,6 +24,7 @@ from tests.gateway.guardrails.guarded_support import (
     Guarded,
     guarded_gateway,
 )
+from tiergate_testing.configs import TEST_KEY
 
 ASK = f"Please e-mail {EMAIL} that card {CARD} is charged; my key is {KEY}."
 
@@ -197,3 +198,14 @@ def test_a_tenant_made_through_the_admin_api_has_its_guardrails(guarded: Guarded
         client.chat.completions.create(model="large", messages=[{"role": "user", "content": IBAN}])
     assert blocked.value.code == "guardrail_blocked"
     admin.close()
+
+
+def test_route_explains_what_the_request_would_meet(guarded: Guarded) -> None:
+    auth = {"authorization": f"Bearer {TEST_KEY}"}
+    url = guarded.gateway.base_url + "/v1/route"
+    local = httpx.post(
+        url, json={"messages": [{"role": "user", "content": f"SSN {SSN}"}]}, headers=auth
+    )
+    assert local.status_code == 200 and local.json()["tier"] == "small"
+    blocked = httpx.post(url, json={"messages": [{"role": "user", "content": IBAN}]}, headers=auth)
+    assert blocked.status_code == 400 and blocked.json()["error"]["code"] == "guardrail_blocked"
