@@ -149,3 +149,29 @@ def test_restore_gives_the_values_back_across_cut_placeholders() -> None:
         pieces = [answer[:offset], answer[offset:]]
         chunks = asyncio.run(drain(guard.restored(source(pieces))))
         assert "".join(c.text for c in chunks) == f"Charged {CARD} as asked."
+
+
+def test_a_private_key_longer_than_the_window_is_held_whole() -> None:
+    body = "\n".join("MIIEpAIBAAKCAQEA" + str(i) * 48 for i in range(10))
+    block = f"-----BEGIN RSA PRIVATE KEY-----\n{body}\n-----END RSA PRIVATE KEY-----"
+    answer = f"Here it is:\n{block}\nKeep it safe, and rotate it soon please."
+    for size in (3, 17):
+        pieces = [answer[i : i + size] for i in range(0, len(answer), size)]
+        text = "".join(c.text for c in run(pieces, redactor(detectors={"private_key": "redact"})))
+        assert text == "Here it is:\n<PRIVATE_KEY_1>\nKeep it safe, and rotate it soon please."
+
+
+def test_a_bearer_token_after_a_release_still_reads_as_one() -> None:
+    answer = "x " * 40 + "Authorization: Bearer abc123def456ghi789jkl0 and the rest of it."
+    for offset in range(70, 110):
+        pieces = [answer[:offset], answer[offset:]]
+        text = "".join(c.text for c in run(pieces, redactor(detectors={"bearer": "redact"}), 48))
+        assert "abc123" not in text and "Bearer <BEARER_1>" in text
+
+
+def test_values_at_the_very_start_and_end_of_an_answer() -> None:
+    answer = f"{EMAIL} is the address and the card is {CARD}"
+    for size in (1, 4, len(answer)):
+        pieces = [answer[i : i + size] for i in range(0, len(answer), size)]
+        text = "".join(c.text for c in run(pieces, redactor(detectors=REDACT)))
+        assert text == "<EMAIL_1> is the address and the card is <CARD_1>"
