@@ -240,6 +240,8 @@ class Run:
         progress.tier, progress.model, progress.hit_cost_usd = hit.tier, hit.model, hit.cost_usd
         progress.trail = (*progress.trail, f"cache: {status} hit from tier {hit.tier}")
         stream = hit.replay()
+        if self.guard is not None:  # the entry may be another key's, stored unguarded
+            stream = self.guard.answer(stream)
         self._primed(stream, await anext(stream))
 
     def _count(self, chunk: Chunk) -> None:

@@ -44,6 +44,9 @@ class RequestGuard:
         self.config = config
         self.screen_s = screen_s  # how long the request's screen took
         self.metrics, self.tenant = metrics, tenant
+        # what ``restore`` gives back: the caller's own values, as the screen found them
+        # (a value the window finds in the answer is the model's: it stays redacted)
+        self.sent = dict(redactor.values)
 
     @property
     def local(self) -> bool:
@@ -51,7 +54,7 @@ class RequestGuard:
 
     @property
     def restores(self) -> bool:
-        return self.redactor.policy.restore and bool(self.redactor.values)
+        return self.redactor.policy.restore and bool(self.sent)
 
     def admits(self, tier: str) -> bool:
         """Whether ``tier`` may receive this request (a ``local`` one: in-process only)."""
@@ -60,6 +63,10 @@ class RequestGuard:
     def stream(self, tier: str, stream: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
         if not self.admits(tier):
             return _refused(tier, stream)
+        return self.answer(stream)
+
+    def answer(self, stream: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
+        """The answer through the window (``answer: false``: as it comes)."""
         spec = self.redactor.policy.spec
         if not spec.answer:
             return stream
@@ -75,7 +82,7 @@ class RequestGuard:
     async def restored(self, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
         """The answer with this request's placeholders turned back into the caller's values
         (a placeholder cut across chunks waits for its end)."""
-        redactor, pending = self.redactor, ""
+        sent, pending = self.sent, ""
         async for chunk in chunks:
             text = pending + chunk.text
             pending = ""
@@ -86,23 +93,32 @@ class RequestGuard:
                     text, pending = text[:start], text[start:]
             calls, deltas = chunk.tool_calls, chunk.tool_call_deltas
             if calls is not None:
-                calls = tuple(_restore_call(redactor, c) for c in calls)
+                calls = tuple(_restore_call(sent, c) for c in calls)
             if deltas is not None:
-                deltas = tuple(_restore_call(redactor, d) for d in deltas)
+                deltas = tuple(_restore_call(sent, d) for d in deltas)
             if not text and not final and chunk.text and deltas is None:
                 continue  # all of it waits for the placeholder's end
-            yield replace(
-                chunk, text=redactor.restore(text), tool_calls=calls, tool_call_deltas=deltas
-            )
+            text = restore(sent, text)
+            yield replace(chunk, text=text, tool_calls=calls, tool_call_deltas=deltas)
         if pending:
-            yield Chunk(text=redactor.restore(pending))
+            yield Chunk(text=restore(sent, pending))
 
 
-def _restore_call(redactor: Redactor, call: Mapping[str, Any]) -> dict[str, Any]:
+def restore(sent: Mapping[str, str], text: str) -> str:
+    """``text`` with the caller's placeholders turned back into its values."""
+    if "<" not in text:
+        return text
+    for placeholder, value in sent.items():
+        if placeholder in text:
+            text = text.replace(placeholder, value)
+    return text
+
+
+def _restore_call(sent: Mapping[str, str], call: Mapping[str, Any]) -> dict[str, Any]:
     whole = dict(call)
     function = whole.get("function")
     if isinstance(function, dict) and isinstance(function.get("arguments"), str):
-        whole["function"] = {**function, "arguments": redactor.restore(function["arguments"])}
+        whole["function"] = {**function, "arguments": restore(sent, function["arguments"])}
     return whole
 
 

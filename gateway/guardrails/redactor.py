@@ -125,12 +125,3 @@ class Redactor:
             walked = [self.walk(v, f"{where}[{i}]") for i, v in enumerate(value)]
             return walked if isinstance(value, list) else tuple(walked)
         return value
-
-    def restore(self, text: str) -> str:
-        """``text`` with this request's placeholders turned back into their values."""
-        if "<" not in text or not self.values:
-            return text
-        for placeholder, value in self.values.items():
-            if placeholder in text:
-                text = text.replace(placeholder, value)
-        return text

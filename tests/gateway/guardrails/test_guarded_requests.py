@@ -209,3 +209,18 @@ def test_route_explains_what_the_request_would_meet(guarded: Guarded) -> None:
     assert local.status_code == 200 and local.json()["tier"] == "small"
     blocked = httpx.post(url, json={"messages": [{"role": "user", "content": IBAN}]}, headers=auth)
     assert blocked.status_code == 400 and blocked.json()["error"]["code"] == "guardrail_blocked"
+
+
+def test_a_cache_hit_stored_by_an_unguarded_key_goes_through_the_window(
+    guarded: Guarded,
+) -> None:
+    # runs last: the unguarded key's answer (a card, an e-mail, a key) is cached raw
+    ask = [{"role": "user", "content": "What is on file? (cache)"}]
+    raw = guarded.chat(OPEN_KEY).chat.completions.create(model="cut7", messages=ask, temperature=0)
+    assert CARD in (raw.choices[0].message.content or "")  # that key's block has no card rule
+    hit = guarded.chat(RESTORE_KEY).chat.completions.with_raw_response.create(
+        model="cut7", messages=ask, temperature=0
+    )
+    assert hit.headers["x-tiergate-cache"] == "exact"
+    text = hit.parse().choices[0].message.content or ""
+    assert CARD not in text and EMAIL not in text and "<CARD_1>" in text

@@ -8,6 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from gateway.guardrails.errors import GuardrailBlocked
+from gateway.guardrails.guard import restore
 from gateway.guardrails.policy import compile_policy, policy_for
 from gateway.guardrails.redactor import Redactor
 from policies.guardrails_spec import GuardrailsSpec
@@ -73,7 +74,8 @@ def test_placeholders_are_typed_and_stable_within_a_request() -> None:
     second = r.text("again: b@example.com")
     assert first == "mail <EMAIL_1> or <EMAIL_2>, call <PHONE_1>"
     assert second == "again: <EMAIL_2>"
-    assert r.restore("write to <EMAIL_2> and <EMAIL_9>") == "write to b@example.com and <EMAIL_9>"
+    restored = restore(r.values, "write to <EMAIL_2> and <EMAIL_9>")
+    assert restored == "write to b@example.com and <EMAIL_9>"
     assert r.counts[("EMAIL", "redact")] == 3
 
 
