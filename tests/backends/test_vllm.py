@@ -144,15 +144,21 @@ def test_gateway_over_in_process_vllm(vllm_gateway: Any) -> None:
 def test_a_batch_line_waits_behind_an_interactive_request_in_vllms_scheduler(
     vllm_engines: list[Any], engine_loop: LoopThread
 ) -> None:
-    """Every sequence slot busy with batch lines, more batch lines waiting: the interactive
-    request that arrives last takes the first slot that frees (vLLM's priority policy), where
-    first come, first served gives it to the batch line that waited longest."""
+    """Every sequence slot busy with batch lines, two more batch lines waiting: the
+    interactive request that arrives last takes the first slot that frees (vLLM's priority
+    policy), where first come, first served gives it to the batch line that waited longest.
+
+    Ordered by vLLM's own scheduler counts, not by time: the slot is freed (a running line
+    aborted) only once the scheduler reports all three requests waiting, so the verdict does
+    not depend on how fast a loaded host runs the engine (it did: a short line that ended
+    before the interactive request was queued let ``late0`` start first)."""
     from dataclasses import replace
 
     engine = vllm_engines[1]  # scheduling_policy: priority
     slots = engine.args["max_num_seqs"]
     order: list[str] = []
     running = asyncio.Event()  # every slot has started a line
+    freed_slot_taken = asyncio.Event()  # the interactive request or late0 started
 
     async def run(tag: str, tokens: int, priority: Priority) -> None:
         request = replace(chat(tag, max_tokens=tokens, temperature=0.0), priority=priority)
@@ -161,17 +167,35 @@ def test_a_batch_line_waits_behind_an_interactive_request_in_vllms_scheduler(
                 order.append(tag)
                 if len(order) == slots:
                     running.set()
+                if tag in ("interactive", "late0"):
+                    freed_slot_taken.set()
+
+    async def scheduler_waiting(count: int) -> None:
+        """Until vLLM's scheduler reports ``count`` requests waiting (its stats, each step)."""
+        async with asyncio.timeout(300):  # a guard against a hang, not a verdict
+            while engine.load().waiting < count:  # noqa: ASYNC110 (stats, not an event)
+                await asyncio.sleep(0.01)
 
     async def scenario() -> None:
-        # One short line frees the first slot (after 16 tokens); the others hold theirs.
-        lines = [asyncio.create_task(run("short", 16, "batch"))]
-        lines += [asyncio.create_task(run(f"long{i}", 128, "batch")) for i in range(slots - 1)]
+        # Long lines (greedy: the same tokens every run, no early end) hold every slot.
+        holders = [asyncio.create_task(run(f"long{i}", 600, "batch")) for i in range(slots)]
         await running.wait()
-        lines += [asyncio.create_task(run(f"late{i}", 8, "batch")) for i in range(2)]
-        await asyncio.sleep(0.05)  # queued before the interactive request
-        lines.append(asyncio.create_task(run("interactive", 8, "interactive")))
-        await asyncio.gather(*lines)
+        queued = [asyncio.create_task(run(f"late{i}", 8, "batch")) for i in range(2)]
+        await scheduler_waiting(2)  # both batch lines queued before the interactive request
+        queued.append(asyncio.create_task(run("interactive", 8, "interactive")))
+        await scheduler_waiting(3)
+        assert not any(h.done() for h in holders), "a slot freed before all three waited"
+        assert not {"late0", "late1", "interactive"} & set(order)
+        holders[0].cancel()  # one slot frees: vLLM aborts the line
+        await freed_slot_taken.wait()  # the verdict: who took it
+        for holder in holders[1:]:  # the rest need not run their 600 tokens
+            holder.cancel()
+        await asyncio.gather(*queued)
+        await asyncio.gather(*holders, return_exceptions=True)
 
-    engine_loop.run(scenario(), timeout=300)
+    engine_loop.run(scenario(), timeout=900)
     assert order.index("interactive") < order.index("late0"), order
+    deadline = time.monotonic() + 10
+    while engine.unfinished() and time.monotonic() < deadline:
+        time.sleep(0.05)  # the aborts reach the engine core
     assert engine.unfinished() == 0
