@@ -33,7 +33,7 @@ from gateway.cluster.reload import install_sighup, remove_sighup
 from gateway.completions import endpoints as completions
 from gateway.core.serving_core import Collaborators, ServingCore
 from gateway.edge.error_boundary import install_error_handling
-from gateway.edge.family import Family
+from gateway.edge.family import Family, formats_by_path
 from gateway.edge.http import GatewayEndpoint
 from gateway.edge.openapi import GatewayApp
 from gateway.embeddings import endpoints as embeddings
@@ -95,6 +95,8 @@ FAMILIES: tuple[Family, ...] = (
     admin.FAMILY,
     mcp.FAMILY,
 )
+# What a batch line's path runs through: the format its family declares for it.
+FORMATS = formats_by_path(FAMILIES)
 
 # Allocations (net of frees) that start a young-generation collection; CPython's 700 is
 # passed by the bursts of a few concurrent requests, whose live objects then get scanned
@@ -345,7 +347,7 @@ def create_app(
         loops = [asyncio.create_task(poll_keys(state)), asyncio.create_task(replay_journal(state))]
         if state.parts.feedback is not None:  # records, the serving model, refits
             loops.append(asyncio.create_task(state.parts.feedback.run(lambda: state.config)))
-        runner = BatchRunner(lambda: state.core, state.keys, state.tracing)  # batch lines
+        runner = BatchRunner(lambda: state.core, FORMATS, state.keys, state.tracing)  # batch lines
         loops.append(asyncio.create_task(runner.run()))
         state.parts.readiness.ready = True
         # Long-lived startup objects leave the GC's young generations: shorter pauses later.

@@ -2,7 +2,8 @@
 
 A line runs as its batch's tenant and key, at ``batch`` priority (the pools give it the
 slots interactive requests leave free; it pays the model's batch price), through the
-same wire format as the endpoint (``parse``, ``prepare``, the core's ``Run``, ``whole``):
+same wire format as the endpoint (``parse``, ``prepare``, the core's ``Run``, ``whole``;
+the format its family declares for the path, ``gateway.edge.family.Family.formats``):
 its body is exactly what the endpoint would have answered, and routing (``auto`` and
 tiers), both caches, rules, budgets, the ledger, metrics and traces are the core's.
 
@@ -21,8 +22,6 @@ from typing import Any
 
 import orjson
 
-from gateway.chat.render import CHAT
-from gateway.completions.render import COMPLETIONS
 from gateway.core.serving_core import ServingCore
 from gateway.edge.respond import collect
 from gateway.embeddings.protocol import EmbeddingRequest
@@ -34,20 +33,12 @@ from gateway.errors import (
     RateLimited,
     ServiceUnavailable,
 )
-from gateway.messages.render import MESSAGES
 from gateway.money.spend import batch_rate
-from gateway.responses.serving import RESPONSES
 from gateway.types import Ask, Outcome
 from gateway.wire.common import parse_body
 from gateway.wire.format import Caller, WireFormat
 from policies.tenants import Principal
 
-FORMATS: Mapping[str, WireFormat[Any]] = {
-    "/v1/chat/completions": CHAT,
-    "/v1/completions": COMPLETIONS,
-    "/v1/responses": RESPONSES,
-    "/v1/messages": MESSAGES,
-}
 EMBEDDINGS = "/v1/embeddings"
 
 
@@ -100,12 +91,18 @@ def retryable(error: ApiError) -> bool:
 
 
 async def answer(
-    core: ServingCore, principal: Principal, endpoint: str, body: bytes, seed: str
+    core: ServingCore,
+    formats: Mapping[str, WireFormat[Any]],
+    principal: Principal,
+    endpoint: str,
+    body: bytes,
+    seed: str,
 ) -> Answered:
-    """The line's answer; raises ``Refused`` with the endpoint's error."""
+    """The line's answer; raises ``Refused`` with the endpoint's error. ``formats``: each
+    generation path's wire format, as its family declares it (``gateway.app.FORMATS``)."""
     if endpoint == EMBEDDINGS:
         return await _embeddings(core, principal, body, seed)
-    wire = FORMATS[endpoint]
+    wire = formats[endpoint]
     request_id: str | None = None
     try:
         caller = Caller(principal, core.config, {}, core.parts.responses)

@@ -19,7 +19,8 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import orjson
 
@@ -38,6 +39,7 @@ from gateway.batches.results import refused_line, skipped_line, succeeded_line
 from gateway.core.serving_core import ServingCore
 from gateway.errors import InvalidApiKey, Overloaded, RateLimited
 from gateway.telemetry.tracing import Tracing, active
+from gateway.wire.format import WireFormat
 from policies.batches_spec import BatchesConfig
 from policies.stores.batch_queue import QueuedLine
 from policies.stores.batch_records import (
@@ -66,9 +68,14 @@ class GiveUp(Exception):
 
 class BatchRunner:
     def __init__(
-        self, core: Callable[[], ServingCore], keys: KeyDirectory, tracing: Tracing
+        self,
+        core: Callable[[], ServingCore],
+        formats: Mapping[str, WireFormat[Any]],
+        keys: KeyDirectory,
+        tracing: Tracing,
     ) -> None:
         self.core = core  # the running snapshot, read again for every line
+        self.formats = formats  # path -> the format its family serves it in (the app's)
         self.keys = keys
         self.tracing = tracing
         self.consumer = f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
@@ -213,7 +220,7 @@ class BatchRunner:
         trace = self.tracing.begin_job("batch_line", attributes)
         try:
             with active(trace):
-                answered = await answer(core, principal, record.endpoint, body, seed)
+                answered = await answer(core, self.formats, principal, record.endpoint, body, seed)
         except Refused as exc:
             trace.end(exc.error.status, exc.error.code or exc.error.type)
             raise

@@ -15,14 +15,13 @@ from gateway.edge.http import TracedEndpoint
 from gateway.edge.openapi import GENERATION_ERRORS, request_body
 from gateway.edge.respond import serve
 
+PATH = "/v1/chat/completions"  # served in the CHAT format (``FAMILY.formats``)
 endpoints = APIRouter(route_class=TracedEndpoint, tags=["v1"], responses=GENERATION_ERRORS)
 
 
-@endpoints.post(
-    "/v1/chat/completions", name="chat", openapi_extra=request_body(ChatCompletionRequest)
-)
+@endpoints.post(PATH, name="chat", openapi_extra=request_body(ChatCompletionRequest))
 async def chat_completions(request: Request, call: TenantDep) -> Response:
     return await serve(request, call, CHAT)
 
 
-FAMILY = Family((endpoints,), bodies=(ChatCompletionRequest,))
+FAMILY = Family((endpoints,), bodies=(ChatCompletionRequest,), formats={PATH: CHAT})

@@ -15,14 +15,13 @@ from gateway.edge.http import TracedEndpoint
 from gateway.edge.openapi import GENERATION_ERRORS, request_body
 from gateway.edge.respond import serve
 
+PATH = "/v1/completions"  # served in the COMPLETIONS format (``FAMILY.formats``)
 endpoints = APIRouter(route_class=TracedEndpoint, tags=["v1"], responses=GENERATION_ERRORS)
 
 
-@endpoints.post(
-    "/v1/completions", name="text_completion", openapi_extra=request_body(CompletionRequest)
-)
+@endpoints.post(PATH, name="text_completion", openapi_extra=request_body(CompletionRequest))
 async def completions(request: Request, call: TenantDep) -> Response:
     return await serve(request, call, COMPLETIONS)
 
 
-FAMILY = Family((endpoints,), bodies=(CompletionRequest,))
+FAMILY = Family((endpoints,), bodies=(CompletionRequest,), formats={PATH: COMPLETIONS})

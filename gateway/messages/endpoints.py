@@ -28,10 +28,11 @@ from gateway.money.spend import prompt_upper_tokens
 from gateway.types import Ask
 from gateway.wire.common import parse_body
 
+PATH = "/v1/messages"  # served in the MESSAGES format (``FAMILY.formats``)
 endpoints = APIRouter(route_class=TracedEndpoint, tags=["v1"], responses=MESSAGES_ERRORS)
 
 
-@endpoints.post("/v1/messages", name="messages", openapi_extra=request_body(MessagesRequest))
+@endpoints.post(PATH, name="messages", openapi_extra=request_body(MessagesRequest))
 async def create_message(request: Request, call: TenantDep) -> Response:
     return await serve(request, call, MESSAGES)
 
@@ -70,6 +71,7 @@ async def count_tokens(request: Request, call: TenantDep) -> Response:
 FAMILY = Family(
     (endpoints,),
     bodies=(MessagesRequest, CountTokensRequest),
-    prefix="/v1/messages",
+    prefix=PATH,
+    formats={PATH: MESSAGES},
     errors=MESSAGES.error_shape,
 )

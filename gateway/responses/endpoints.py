@@ -32,11 +32,12 @@ from policies.tenants import Principal
 
 log = logging.getLogger(__name__)
 
+PATH = "/v1/responses"  # served in the RESPONSES format (``FAMILY.formats``)
 endpoints = APIRouter(route_class=TracedEndpoint, tags=["v1"], responses=GENERATION_ERRORS)
 stored = APIRouter(tags=["v1"], responses=GENERATION_ERRORS)
 
 
-@endpoints.post("/v1/responses", name="responses", openapi_extra=request_body(CreateResponse))
+@endpoints.post(PATH, name="responses", openapi_extra=request_body(CreateResponse))
 async def create_response(request: Request, call: TenantDep) -> Response:
     return await serve(request, call, RESPONSES)
 
@@ -99,4 +100,4 @@ def _json(body: dict[str, Any]) -> Response:
     return Response(orjson.dumps(body), media_type="application/json")
 
 
-FAMILY = Family((endpoints, stored), bodies=(CreateResponse,))
+FAMILY = Family((endpoints, stored), bodies=(CreateResponse,), formats={PATH: RESPONSES})

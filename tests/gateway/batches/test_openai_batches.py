@@ -18,7 +18,12 @@ import openai
 import orjson
 import pytest
 
-from gateway.batches.lines import answer
+from gateway.app import FORMATS
+from gateway.batches.lines import EMBEDDINGS, answer
+from gateway.batches.protocol import MESSAGES_ENDPOINT, OPENAI_ENDPOINTS
+from gateway.chat import endpoints as chat
+from gateway.edge.family import formats_by_path
+from gateway.messages import endpoints as messages
 from policies.stores.budget import tenant_scope
 from policies.stores.spending import tenant_scopes
 from tests.gateway.batches.support import (
@@ -167,6 +172,17 @@ def test_every_endpoint_runs_as_its_own_format(gateway: tuple[RunningGateway, st
     fine = jsonl(client, bad.output_file_id)[0]["response"]
     auto = next(e for e in batch_events(prefix, "acme") if e.request_id == fine["request_id"])
     assert auto.tier == "small"  # ``auto`` without a classifier: the tenant's default tier
+
+
+def test_each_path_a_batch_may_name_has_the_format_its_family_declares() -> None:
+    """The batch runner looks a line's format up in what the families declare (no second
+    map): every generation path a batch may name is there, embeddings run on their own."""
+    batchable = {*OPENAI_ENDPOINTS, MESSAGES_ENDPOINT} - {EMBEDDINGS}
+    assert set(FORMATS) == batchable
+    assert FORMATS["/v1/chat/completions"] is chat.FAMILY.formats[chat.PATH]
+    assert FORMATS["/v1/messages"] is messages.FAMILY.formats[messages.PATH]
+    with pytest.raises(ValueError, match="two families declare /v1/chat/completions"):
+        formats_by_path((chat.FAMILY, chat.FAMILY))
 
 
 def test_identical_lines_hit_the_cache(gateway: tuple[RunningGateway, str]) -> None:
@@ -348,8 +364,10 @@ def test_a_line_run_twice_is_charged_once(gateway: tuple[RunningGateway, str]) -
         {"model": "small", "max_tokens": 8, "messages": [{"role": "user", "content": "twice"}]}
     )
     seed = "acme/batch_twice/0"
-    first = running.call(answer(state.core, principal, "/v1/chat/completions", body, seed))
-    second = running.call(answer(state.core, principal, "/v1/chat/completions", body, seed))
+    first = running.call(answer(state.core, FORMATS, principal, "/v1/chat/completions", body, seed))
+    second = running.call(
+        answer(state.core, FORMATS, principal, "/v1/chat/completions", body, seed)
+    )
     assert first.request_id == second.request_id
     events = [e for e in BudgetProbe(prefix).events() if e.request_id == first.request_id]
     assert len(events) == 1 and events[0].batch
