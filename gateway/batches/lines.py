@@ -22,8 +22,8 @@ from typing import Any
 
 import orjson
 
+from gateway.core.answer import collect
 from gateway.core.serving_core import ServingCore
-from gateway.edge.respond import collect
 from gateway.embeddings.protocol import EmbeddingRequest
 from gateway.embeddings.serving import create_embeddings
 from gateway.errors import (

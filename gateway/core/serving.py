@@ -3,7 +3,8 @@
 admit (the request's ``Hold``: rate limit, budget) → the cache (its ``CacheProbe``), or
 a stream on the tier's pool (failing over along the tier chain before the first token)
 → typed chunks to the wire format → one ``Outcome`` → settle. It knows no JSON and no
-HTTP: wire formats are at the edge (``gateway.wire.format``, ``gateway.edge.respond``).
+HTTP: wire formats are at the edge (``gateway.wire.format``, ``gateway.edge.respond``);
+its caller reads the answer through ``gateway.core.answer``.
 """
 
 from __future__ import annotations

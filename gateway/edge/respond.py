@@ -1,5 +1,6 @@
 """Serving a wire format over the core: read and parse the body, prepare it, run it on
-the core, and turn the ``Run`` into an HTTP response (one JSON body, or an event stream).
+the core, and turn the ``Run`` into an HTTP response (one JSON body, or an event stream;
+the answer read as every caller reads it, ``gateway.core.answer``).
 
 Every generation endpoint is this one call, whatever its format::
 
@@ -9,14 +10,13 @@ Every generation endpoint is this one call, whatever its format::
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
-from dataclasses import replace
+from collections.abc import Iterable
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from backends.base import Chunk, TokenLogprob
+from gateway.core.answer import answer, collect
 from gateway.core.serving import Run
 from gateway.edge.http import TenantCall, read_body, until_disconnect
 from gateway.telemetry.timing import lap
@@ -96,35 +96,7 @@ async def stream_response(
     )
 
 
-def answer(run: Run) -> AsyncIterator[Chunk]:
-    """The run's chunks as the caller gets them: with ``guardrails.restore``, this
-    request's placeholders turned back into its values (the cache and the stores kept
-    the placeholders)."""
-    guard = run.guard
-    if guard is not None and guard.restores:
-        return guard.restored(run.chunks())
-    return run.chunks()
-
-
 def _headers(run: Run, extra: Iterable[tuple[str, str]]) -> dict[str, str]:
     headers = run.headers()
     headers.update(extra)
     return headers
-
-
-async def collect(run: Run) -> tuple[str, Chunk]:
-    """Open the run and drain it: its text, and its final chunk carrying every token's
-    log-probabilities (each chunk carried its own)."""
-    await run.open()
-    parts: list[str] = []
-    logprobs: list[TokenLogprob] = []
-    final: Chunk | None = None
-    async for chunk in answer(run):
-        parts.append(chunk.text)
-        logprobs.extend(chunk.logprobs or ())
-        if chunk.finish_reason is not None:
-            final = chunk
-    assert final is not None, "an engine stream ends with a final chunk"
-    if logprobs:
-        final = replace(final, logprobs=tuple(logprobs))
-    return "".join(parts), final

@@ -17,6 +17,7 @@ LIFECYCLE = {
     "gateway.money.outcome",
     "gateway.telemetry.observe",
     "gateway.edge.respond",
+    "gateway.core.answer",
     "gateway.money.spend",
     "gateway.telemetry.metrics",
     "gateway.telemetry.timing",
@@ -72,3 +73,12 @@ def test_no_import_cycle_runs_through_the_lifecycle() -> None:
     }  # it walks
     cyclic = sorted(m for m in LIFECYCLE if reaches(edges, m, m))
     assert not cyclic, f"modules on an import cycle: {cyclic}"
+
+
+def test_the_batch_runner_reaches_no_http() -> None:
+    """A batch line enters the core as an HTTP request does, but not through the HTTP
+    edge: the runner imports no ``gateway.edge`` module, directly or through another."""
+    edges = graph()
+    assert edges["gateway.batches.lines"] >= {"gateway.core.answer"}  # it walks
+    http = sorted(m for m in edges if m.startswith("gateway.edge"))
+    assert [m for m in http if reaches(edges, "gateway.batches.runner", m)] == []
