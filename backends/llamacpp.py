@@ -10,11 +10,9 @@ has stopped, so the next request never shares the model with a dying one.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import threading
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 from backends.base import (
@@ -35,6 +33,7 @@ from backends.errors import (
 )
 from backends.llamacpp_decode import Job, decode, prompt_param
 from backends.llamacpp_tools import build_grammar, render_messages
+from backends.model_files import part_paths, prepare_model
 from backends.token_bound import fewest_tokens, max_token_bytes
 from backends.tool_calls import tool_plan
 
@@ -43,30 +42,16 @@ _DONE = object()
 CAPABILITIES = FEATURES - {"passthrough"}
 
 
-def resolve_model_path(model_path: str) -> str:
-    """``pkg:NAME/FILE`` finds FILE inside an installed package without importing it."""
-    if not model_path.startswith("pkg:"):
-        return model_path
-    package, _, file = model_path[4:].partition("/")
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise EngineUnavailable(f"package {package!r} is not installed (model {model_path})")
-    folder = Path(next(iter(spec.submodule_search_locations)))
-    if file:
-        return str(folder / file)
-    found = sorted(folder.glob("*.gguf"))
-    if not found:
-        raise EngineUnavailable(f"no .gguf file in package {package!r}")
-    return str(found[0])
-
-
 class LlamaCppEngine:
     def __init__(
         self,
         *,
         name: str,
         model: str,
-        model_path: str,
+        model_path: str | None = None,
+        model_parts: str | None = None,
+        part_count: int | None = None,
+        sha256: str | None = None,
         n_ctx: int = 2048,
         n_threads: int | None = None,
         n_batch: int = 256,
@@ -78,6 +63,8 @@ class LlamaCppEngine:
         self.counters = EngineCounters()
         self.capabilities = CAPABILITIES
         self.model_path = model_path
+        self.parts = part_paths(model_parts, part_count or 0) if model_parts else []
+        self.sha256 = sha256
         self.n_ctx = n_ctx
         self.n_threads = n_threads
         self.n_batch = n_batch
@@ -93,8 +80,12 @@ class LlamaCppEngine:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"llama-{name}")
 
     async def start(self) -> None:
-        path = resolve_model_path(self.model_path)
         loop = asyncio.get_running_loop()
+        # Joined and checked against the digest before llama.cpp opens it (model_files).
+        path = await loop.run_in_executor(
+            self._executor,
+            lambda: prepare_model(model_path=self.model_path, parts=self.parts, sha256=self.sha256),
+        )
         self._llama, self._formatter = await loop.run_in_executor(self._executor, self._load, path)
 
     def _load(self, path: str) -> tuple[Any, Any]:

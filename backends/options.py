@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class EngineOptions(BaseModel):
@@ -58,13 +58,33 @@ class FakeOptions(EngineOptions):
 
 
 class LlamaCppOptions(EngineOptions):
+    """One GGUF file (``model_path``), or ``part_count`` chunks named by the
+    ``model_parts`` pattern (``{i}`` = 1…part_count), joined and checked against
+    ``sha256`` before the model is opened (``backends.model_files``)."""
+
     takes_default_max_tokens: ClassVar[bool] = True
 
-    model_path: str
+    model_path: str | None = None
+    model_parts: str | None = None
+    part_count: int | None = Field(None, ge=1)
+    sha256: str | None = Field(None, pattern=r"^[0-9a-fA-F]{64}$")
     n_ctx: int = Field(2048, ge=16)
     n_threads: int | None = Field(None, ge=1)
     n_batch: int = Field(256, ge=1)
     max_waiting: int = Field(64, ge=0)
+
+    @model_validator(mode="after")
+    def _one_model(self) -> LlamaCppOptions:
+        if (self.model_path is None) == (self.model_parts is None):
+            raise ValueError("give model_path or model_parts (with part_count and sha256)")
+        if self.model_parts is not None:
+            if self.part_count is None or self.sha256 is None:
+                raise ValueError("model_parts needs part_count and sha256")
+            if "{i" not in self.model_parts:
+                raise ValueError("model_parts needs {i} (the part number, 1…part_count)")
+        elif self.part_count is not None:
+            raise ValueError("part_count goes with model_parts, not model_path")
+        return self
 
 
 class LiteLLMOptions(EngineOptions):

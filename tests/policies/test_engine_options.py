@@ -41,10 +41,11 @@ def test_wrong_and_unknown_options_have_file_line_and_field() -> None:
     assert problems(text) == {("engines.a.options.n_ctx", 7), ("engines.a.options.n_ctxx", 8)}
 
 
-def test_a_required_option_is_named() -> None:
-    assert problems(engine("llamacpp", "      n_ctx: 512\n")) == {
-        ("engines.a.options.model_path", 5)
-    }
+def test_a_missing_model_is_named() -> None:
+    text = engine("llamacpp", "      n_ctx: 512\n")
+    assert problems(text) == {("engines.a.options", 5)}
+    with pytest.raises(ConfigError, match="give model_path or model_parts"):
+        parse_config(text, "engine.yaml")
 
 
 def test_old_gateway_settings_under_options_get_a_clear_error() -> None:

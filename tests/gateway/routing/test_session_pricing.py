@@ -1,21 +1,37 @@
-"""The cached-prefix price of a session's turn: docs/classifier.md's worked example, at
-the shipped prices."""
+"""The cached-prefix price of a session's turn: docs/classifier.md's worked example, at the
+hosted-model prices it is written with (the shipped config with those prices put in)."""
 
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from gateway.routing.objective import expected_costs, prefix_costs
-from gateway.settings import load_effective_config
+from policies.loader import parse_config
+from policies.schema import GatewayConfig
 from routers.session_policy import keep_or_switch, values
 from tests.support import REPO
 
 TIERS = ("small", "medium", "large")
-LAM = 0.1487  # the reference traffic's λ for {quality: 0.95} at the shipped prices
+LAM = 0.1487  # the reference traffic's λ for {quality: 0.95} at the example's prices
+# The example's prices: medium and large priced like hosted 8B and 70B models.
+EXAMPLE_PRICES = {
+    "small": {"input": 0.02, "cached_input": 0.01, "output": 0.04},
+    "medium": {"input": 0.18, "cached_input": 0.09, "output": 0.18},
+    "large": {"input": 0.88, "cached_input": 0.44, "output": 0.88},
+}
+
+
+def example_config() -> GatewayConfig:
+    raw = yaml.safe_load((REPO / "config" / "gateway.yaml").read_text())
+    for tier, price in EXAMPLE_PRICES.items():
+        (engine,) = raw["tiers"][tier]["engines"]
+        raw["prices"][raw["engines"][engine]["model"]] = price
+    return parse_config(yaml.safe_dump(raw, sort_keys=False), "gateway.yaml")
 
 
 def test_the_worked_example() -> None:
-    config = load_effective_config(REPO / "config" / "gateway.yaml")
+    config = example_config()
     objective = config.routing.objective
     assert objective is not None
     # turn 1: the task decides medium
@@ -36,7 +52,7 @@ def test_the_worked_example() -> None:
 
 
 def test_a_cached_prefix_never_exceeds_the_context() -> None:
-    config = load_effective_config(REPO / "config" / "gateway.yaml")
+    config = example_config()
     objective = config.routing.objective
     assert objective is not None
     whole = prefix_costs(config, objective, 4_000, {"large": 4_000})
