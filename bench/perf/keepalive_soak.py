@@ -14,10 +14,10 @@ prints the requests, the seconds, and every transport error by type with the sec
 run it came in (the issue saw ``ReadError`` in the first 8 s, under load); the JSON summary
 goes to ``artifacts/keepalive_soak/``. No error retries: the count is what a client sees.
 
-Measured (2-core Intel Xeon with AMX, shared: load average 10.6-17.7 from other work),
-one gateway for 5 runs of 12,000 at c32: 60,000 requests, 0 transport errors, 46-171
-requests/s. Issue 38 saw 2 of 5 runs with a ``ReadError`` in their first 8 s; not
-reproduced here, so its cause is not found (not tried: ``--fresh`` at that scale).
+Measured (2-core Intel Xeon with AMX, shared: load average 7.4-17.7 from other work), 10
+runs of 12,000 at c32, 46-191 requests/s: one gateway for 5 runs, and ``--fresh`` (a gateway
+started for each) for 5: 120,000 requests, 0 transport errors. Issue 38 saw 2 of 5 runs with
+a ``ReadError`` in their first 8 s; not reproduced here, so its cause is not found.
 """
 
 from __future__ import annotations
