@@ -33,7 +33,6 @@ from gateway.errors import (
     RateLimited,
     ServiceUnavailable,
 )
-from gateway.money.spend import batch_rate
 from gateway.types import Ask, Outcome
 from gateway.wire.common import parse_body
 from gateway.wire.format import Caller, WireFormat
@@ -150,16 +149,12 @@ async def _embeddings(core: ServingCore, principal: Principal, body: bytes, seed
     request_id = stable_id(f"emb-{os.urandom(16).hex()}", seed)
     try:
         request = parse_body(EmbeddingRequest, body)
-        payload, headers = await create_embeddings(
+        embedded = await create_embeddings(
             core, principal, request, request_id=request_id, batch=True
         )
     except ApiError as exc:
         raise Refused(exc, request_id, LineMoney()) from exc
-    cost = float(headers.get("x-tiergate-cost-usd", 0.0))
-    rate = batch_rate(core.config, request.model)
-    saved = cost / rate - cost if rate > 0 else 0.0
-    tokens = int(payload.get("usage", {}).get("prompt_tokens", 0))
-    return Answered(payload, request_id, LineMoney(cost, saved, tokens))
+    return Answered(embedded.body, request_id, _money(embedded.outcome))
 
 
 def input_of(raw: bytes) -> tuple[str, bytes]:

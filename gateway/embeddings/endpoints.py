@@ -30,11 +30,11 @@ async def embeddings(request: Request, call: TenantDep) -> Response:
     body = parse_body(EmbeddingRequest, raw)
     lap("parse")
     work = create_embeddings(call.core, call.principal, body)
-    payload, headers = await until_disconnect(request, work)
+    embedded = await until_disconnect(request, work)
     return Response(
-        orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY),
+        orjson.dumps(embedded.body, option=orjson.OPT_SERIALIZE_NUMPY),
         media_type="application/json",
-        headers=headers,
+        headers=embedded.headers,
     )
 
 

@@ -66,6 +66,16 @@ class Prepared:
     prompt_tokens: int
 
 
+@dataclass(frozen=True, slots=True)
+class Embedded:
+    """A call's answer: its body, its ``Outcome`` (what it cost, its usage) and the
+    response headers the HTTP endpoint sends with it."""
+
+    body: dict[str, Any]
+    outcome: Outcome
+    headers: dict[str, str]
+
+
 def _call(
     config: GatewayConfig, principal: Principal, model: str, request_id: str | None, batch: bool
 ) -> EmbeddingCall:
@@ -251,10 +261,11 @@ async def create_embeddings(
     *,
     request_id: str | None = None,
     batch: bool = False,
-) -> tuple[dict[str, Any], dict[str, str]]:
-    """The response body and headers on the request's core (its snapshot and
-    collaborators); raises an ``ApiError`` for every refusal. A batch line names its
-    own ``request_id`` (the same on every try: it is charged once) and pays batch prices."""
+) -> Embedded:
+    """The call's answer on the request's core (its snapshot and collaborators); raises
+    an ``ApiError`` for every refusal. A batch line names its own ``request_id`` (the
+    same on every try: it is charged once), pays batch prices and takes its money from
+    the ``Outcome``."""
     config = core.config
     call = _call(config, principal, body.model, request_id, batch)
     source = _source(core, call)
@@ -281,4 +292,4 @@ async def create_embeddings(
         "x-tiergate-cost-usd": f"{run.outcome.cost_usd:.8f}",
         **dict(run.hold.headers),
     }
-    return payload, headers
+    return Embedded(payload, run.outcome, headers)

@@ -60,7 +60,7 @@ def gateway() -> Iterator[tuple[RunningGateway, str]]:
             "options": {"api_base": upstream.base_url, "upstream_model": "upstream-embed"},
         }
         config["embeddings"] = {REMOTE: {"engine": "remote-embed"}}
-        config["prices"][REMOTE] = {"input": 20.0, "output": 0}
+        config["prices"][REMOTE] = {"input": 0.37, "output": 0}
         config["tenants"]["acme"]["cache"] = {"max_temperature": 0.0}
         config["tenants"]["patient"] = {
             "keys": [
@@ -372,6 +372,26 @@ def test_a_line_run_twice_is_charged_once(gateway: tuple[RunningGateway, str]) -
     events = [e for e in BudgetProbe(prefix).events() if e.request_id == first.request_id]
     assert len(events) == 1 and events[0].batch
     assert BudgetProbe(prefix).wait_no_holds() == 0
+
+
+def test_an_embeddings_line_costs_what_its_outcome_says(
+    gateway: tuple[RunningGateway, str],
+) -> None:
+    """An embeddings line's money is its run's ``Outcome``, exact (at 0.37/M input
+    tokens a token costs more decimals than a header's 8): the line's cost, saving and
+    tokens are the ledger event's."""
+    running, prefix = gateway
+    state = running.state
+    principal = running.call(state.keys.authenticate(TEST_KEY))
+    body = orjson.dumps({"model": REMOTE, "input": ["count these words", "and these"]})
+    line = answer(state.core, FORMATS, principal, EMBEDDINGS, body, "acme/batch_embed/0")
+    answered = running.call(line)
+    money = answered.money
+    (event,) = [e for e in BudgetProbe(prefix).events() if e.request_id == answered.request_id]
+    assert event.batch and event.tier == "embeddings" and money.prompt_tokens > 0
+    assert money.prompt_tokens == answered.body["usage"]["prompt_tokens"]
+    assert money.cost_usd == event.cost_usd == money.prompt_tokens * 0.37e-6 * 0.5
+    assert money.saved_usd == event.saved_batch_usd == pytest.approx(money.cost_usd)
 
 
 def _nested_line(custom_id: str, levels: int) -> bytes:
