@@ -6,16 +6,18 @@ be looked up and stored; ``lookup`` tries the exact key, then the semantic index
 the call is abandoned, counted, and the cache skipped for a moment.
 
 A request sees the cache through one ``CacheProbe`` (``PromptCache.probe``): ask twice,
-compute once, as ``EmbeddingOnce``. Routing asks for the exact entry before classifying
-(a hit skips the classifier); the run asks for the answer after admission, which reuses
-that lookup and only then searches the semantic index; the probe also stores the live
+compute once, as ``EmbeddingOnce``. The core asks for the answer once, before routing
+(``ServingCore.start``: the exact key, then, on a miss, the semantic index; a hit skips
+the classifier); the run replays a hit after admission. The probe also stores the live
 answer and counts what a hit saved.
 
-A hit is only ever an answer the request could have had live: the probe is given the
-request's ``admits`` (``routers.decision.may_answer``: the tiers and model its forced tier,
-key and tenant scope, ``min``/``max`` tier and named model allow), an entry from another
-tier is passed over (counted as ``refused:tier``), and the run withdraws a hit from a tier
-dearer than a budget downgrade left it (``withdraw``).
+A hit is counted when the run serves it (``CacheProbe.served``), not when it is found: a
+request refused at admission took no hit. A hit is only ever an answer the request
+could have had live: the probe is given the request's ``admits``
+(``routers.decision.may_answer``: the tiers and model its forced tier, key and tenant
+scope, ``min``/``max`` tier and named model allow), an entry from another tier is passed
+over (counted as ``refused:tier``), and the run declines a hit from a tier dearer than a
+budget downgrade left it (``CacheProbe.decline``: ``refused:budget``, answered as a miss).
 
 A hit's ``Lookup.entry_id`` names the stored entry (opaque to callers); ``forget``
 evicts it from every index and keeps the pair as a ``match: false`` label, for
@@ -219,7 +221,8 @@ class PromptCache:
             return found
         return await self.lookup_semantic(plan, embedding, admits)
 
-    def _refuse(self, ns: str, reason: str, count: int = 1) -> None:
+    def refuse(self, ns: str, reason: str, count: int = 1) -> None:
+        """Count ``count`` entries passed over for ``reason`` (``refused:<reason>``)."""
         self.counters.refused += count
         by_reason = self.counters.refused_by_reason
         by_reason[reason] = by_reason.get(reason, 0) + count
@@ -238,29 +241,35 @@ class PromptCache:
         if response is None:
             return Lookup("miss")
         if admits is not None and not admits(response):
-            self._refuse(plan.keys.ns, "tier")  # another tier's answer: not this request's
+            self.refuse(plan.keys.ns, "tier")  # another tier's answer: not this request's
             return Lookup("miss")
-        self.counters.exact_hits += 1
-        self.stats.add(plan.keys.ns, "exact_hits")
         return Lookup("exact", response, 1.0, plan.fingerprint.exact)
 
     async def lookup_semantic(
         self, plan: CachePlan, embedding: EmbeddingOnce | None, admits: Admits | None = None
     ) -> Lookup:
-        """The semantic index, after an exact miss."""
+        """The semantic index, after an exact miss (a miss is counted here, a hit when
+        it is served: ``served``)."""
         try:
             found = await self._semantic(plan, embedding, admits)
         except CacheUnavailable:
             self._count_bypass("unavailable")
             return Lookup("bypass")
-        if found.status == "semantic":
-            self.counters.semantic_hits += 1
-            self.stats.add(plan.keys.ns, "semantic_hits")
-            by_tenant = self.counters.semantic_by_tenant
-            by_tenant[plan.tenant] = by_tenant.get(plan.tenant, 0) + 1
-        else:
+        if found.status != "semantic":
             self.counters.misses += 1
         return found
+
+    def served(self, plan: CachePlan, found: Lookup) -> None:
+        """Count a hit a request was answered with."""
+        counters, ns = self.counters, plan.keys.ns
+        if found.status == "exact":
+            counters.exact_hits += 1
+            self.stats.add(ns, "exact_hits")
+        elif found.status == "semantic":
+            counters.semantic_hits += 1
+            self.stats.add(ns, "semantic_hits")
+            by_tenant = counters.semantic_by_tenant
+            by_tenant[plan.tenant] = by_tenant.get(plan.tenant, 0) + 1
 
     async def _semantic(
         self, plan: CachePlan, embedding: EmbeddingOnce | None, admits: Admits | None
@@ -283,14 +292,14 @@ class PromptCache:
             for digest in other:  # another tier's answers: never candidates for this request
                 del decoded[digest]
             if other:
-                self._refuse(plan.keys.ns, "tier", len(other))
+                self.refuse(plan.keys.ns, "tier", len(other))
         close = [(s, c) for s, c in scored if c.digest in decoded]
         if not close:
             return Lookup("miss")
         decision = await self.verifier.decide(plan.policy, plan.fingerprint.text, close)
         ns = plan.keys.ns
         for reason, count in decision.refused.items():
-            self._refuse(ns, reason, count)
+            self.refuse(ns, reason, count)
         if decision.verify_ms is not None:
             self.stats.verified(ns, decision.verify_ms)
         if decision.chosen is None:
@@ -413,19 +422,14 @@ class CacheProbe:
             self._found = found
         return self._found
 
-    def withdraw(self, found: Lookup, reason: str) -> Lookup:
+    def served(self, found: Lookup) -> None:
+        """The run answers with ``found``: the hit is counted now."""
+        self.cache.served(self.plan, found)
+
+    def decline(self, reason: str) -> Lookup:
         """A hit the request may not take after all (a budget downgrade left it on a
         cheaper tier than the entry's): counted as refused, answered as a miss."""
-        counters, ns = self.cache.counters, self.plan.keys.ns
-        if found.status == "exact":
-            counters.exact_hits -= 1
-            self.cache.stats.add(ns, "exact_hits", -1)
-        elif found.status == "semantic":
-            counters.semantic_hits -= 1
-            self.cache.stats.add(ns, "semantic_hits", -1)
-            by_tenant = counters.semantic_by_tenant
-            by_tenant[self.plan.tenant] = by_tenant.get(self.plan.tenant, 1) - 1
-        self.cache._refuse(ns, reason)
+        self.cache.refuse(self.plan.keys.ns, reason)
         self._found = Lookup("miss")
         return self._found
 

@@ -224,11 +224,12 @@ class Run:
             assert ticket is not None
             tiers = list(self.config.tiers)
             if tiers.index(found.response.tier) > tiers.index(ticket.held.tier):
-                found = self.found = probe.withdraw(found, "budget")  # dearer than allowed
+                found = self.found = probe.decline("budget")  # dearer than allowed
         if found is not None:
             self.progress.cache, self.progress.similarity = found.status, found.similarity
             if found.response is not None:
                 self.progress.cache_entry = found.entry_id  # a verdict on it evicts it
+                probe.served(found)
                 await self._replay(found.status, found.response)
                 return True
         # A budget downgrade answers on a cheaper tier than asked: not the request's answer.

@@ -62,6 +62,12 @@ class CountingStorage:
     async def usage(self, keys: CacheKeys) -> TenantUsage:
         return await self.inner.usage(keys)
 
+    async def add_stats(self, keys: CacheKeys, fields: dict[str, float]) -> None:
+        await self.inner.add_stats(keys, fields)
+
+    async def read_stats(self, keys: CacheKeys) -> dict[str, float]:
+        return await self.inner.read_stats(keys)
+
     async def aclose(self) -> None:
         await self.inner.aclose()
 
@@ -130,6 +136,31 @@ async def test_each_lookup_runs_once_however_often_it_is_asked() -> None:
     assert (storage.gets, storage.searches) == (3, 2)
     near.saved(0.5)
     assert cache.counters.saved_usd == 0.5
+
+
+async def test_a_hit_is_counted_when_it_is_served_never_when_it_is_only_found() -> None:
+    """The core looks up before admission; a request refused there took no hit, and a hit
+    a budget downgrade declines is counted as refused, not as a hit taken back."""
+    storage, embedder = CountingStorage(), CountingEmbedder()
+    cache = PromptCache(storage, CacheConfig(), semantic_enabled=True)
+    assert await probe(cache, embedder, "What is a trie?").store(ANSWER)
+    counters = cache.counters
+    refused = probe(cache, embedder, "What is a trie?")  # then refused at admission
+    assert (await refused.found()).status == "exact" and counters.exact_hits == 0
+    taken = probe(cache, embedder, "What is a trie?")
+    taken.served(await taken.found())
+    assert counters.exact_hits == 1
+    near = probe(cache, embedder, "Tell me, what is a trie?")
+    near.served(await near.found())
+    assert (counters.semantic_hits, counters.semantic_by_tenant) == (1, {"acme": 1})
+    declined = probe(cache, embedder, "What is a trie?")
+    assert (await declined.found()).status == "exact"
+    assert declined.decline("budget").status == "miss"
+    assert (await declined.found()).status == "miss"  # the run's answer from now on
+    assert (counters.exact_hits, counters.semantic_hits) == (1, 1)
+    assert counters.refused_by_reason == {"budget": 1}
+    shared = await cache.tenant_stats("acme")  # what every replica's admin API sums
+    assert shared == {"lookups": 4, "exact_hits": 1, "semantic_hits": 1, "refused:budget": 1}
 
 
 async def test_no_cache_directives_look_nothing_up() -> None:

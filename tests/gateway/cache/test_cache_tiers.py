@@ -123,10 +123,15 @@ def test_a_budget_downgrade_is_honoured_by_hits(gateway: RunningGateway) -> None
     # A key whose budget cannot hold large's worst case is moved to a cheaper tier: the
     # large answer in the cache is not one it may have.
     poor = managed_key(gateway, budget={"limit_usd": 0.002, "window": "daily"})
+    counters = gateway.state.parts.cache.counters  # type: ignore[union-attr]
+    hits, declined = counters.exact_hits, counters.refused_by_reason.get("budget", 0)
     headers = ask(gateway, question, key=poor, model="large")
     assert served(headers)[1] != "large", headers
     assert headers["x-tiergate-downgraded"].startswith("large->")
     assert headers["x-tiergate-cache"] == "miss"
+    # Declined, not a hit taken back: counted once, as refused for the budget.
+    assert counters.exact_hits == hits
+    assert counters.refused_by_reason["budget"] == declined + 1
 
 
 def test_a_keys_allowed_models_are_honoured_with_an_entry_in_the_cache(
