@@ -1,9 +1,9 @@
 """The prompt cache as the request pipeline sees it: plan, look up, store.
 
 ``plan`` decides from the tenant's policy and the request's ``Cache-Control`` what may
-be looked up and stored; ``lookup`` tries the exact key, then the semantic index;
-``store`` keeps a finished response. A failing or slow store never fails a request:
-the call is abandoned, counted, and the cache skipped for a moment.
+be looked up and stored (``gateway.cache.plan``); ``lookup`` tries the exact key, then
+the semantic index; ``store`` keeps a finished response. A failing or slow store never
+fails a request: the call is abandoned, counted, and the cache skipped for a moment.
 
 A request sees the cache through one ``CacheProbe`` (``PromptCache.probe``): ask twice,
 compute once, as ``EmbeddingOnce``. The core asks for the answer once, before routing
@@ -30,19 +30,19 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from collections.abc import Awaitable
+from typing import TypeVar
 
 import orjson
 
 from backends.base import GenerationRequest
-from gateway.cache.keys import Fingerprint, fingerprint
+from gateway.cache.keys import fingerprint
+from gateway.cache.plan import Admits, CachePlan, Lookup, cache_directives, cacheable
 from gateway.cache.record import CachedResponse
-from gateway.cache.stats import TenantStats
+from gateway.cache.stats import CacheCounters, TenantStats
 from gateway.cache.verify import CandidateVerifier
 from gateway.telemetry.timing import timed
-from policies.schema import CacheConfig, CachePolicy
+from policies.schema import CacheConfig
 from policies.stores.cache.keys import CacheKeys, namespace
 from policies.stores.cache.storage import CacheStorage, CacheUnavailable, Semantic, TenantUsage
 from policies.tenants import Principal
@@ -51,62 +51,9 @@ from routers.embedding import EmbeddingOnce
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Admits = Callable[[CachedResponse], bool]  # whether the request may be answered by an entry
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
-CacheStatus = Literal["exact", "semantic", "miss", "bypass"]
 CANDIDATES = 4
 LABELS_KEPT = 1000  # feedback labels per tenant (newest)
-
-
-@dataclass(frozen=True, slots=True)
-class CachePlan:
-    keys: CacheKeys
-    policy: CachePolicy
-    fingerprint: Fingerprint
-    lookup: bool
-    store: bool
-    semantic: bool
-    tenant: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Lookup:
-    status: CacheStatus
-    response: CachedResponse | None = None
-    similarity: float | None = None
-    entry_id: str | None = None  # the stored entry a hit came from (``PromptCache.forget``)
-
-
-@dataclass(slots=True)
-class CacheCounters:
-    exact_hits: int = 0
-    semantic_hits: int = 0
-    refused: int = 0  # semantic candidates above the threshold the verifier turned down
-    refused_by_reason: dict[str, int] = field(default_factory=dict)
-    forgotten: int = 0  # entries evicted by feedback
-    misses: int = 0
-    bypassed: int = 0
-    stored: int = 0
-    unavailable: int = 0
-    saved_usd: float = 0.0
-    by_reason: dict[str, int] = field(default_factory=dict)
-    semantic_by_tenant: dict[str, int] = field(default_factory=dict)
-
-
-def cache_directives(header: str | None) -> set[str]:
-    if not header:
-        return set()
-    return {part.strip().split("=", 1)[0].lower() for part in header.split(",") if part.strip()}
-
-
-def cacheable(policy: CachePolicy, request: GenerationRequest) -> bool:
-    """Deterministic enough to replay: low temperature, or a fixed seed where allowed."""
-    if request.logprobs:  # a stored answer keeps no log-probabilities to replay
-        return False
-    temperature = 1.0 if request.sampling.temperature is None else request.sampling.temperature
-    if temperature <= policy.max_temperature:
-        return True
-    return policy.cache_seeded and request.sampling.seed is not None
 
 
 class PromptCache:

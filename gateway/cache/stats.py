@@ -1,4 +1,5 @@
-"""Per-tenant cache figures for the admin API, summed over every replica.
+"""The cache's figures for the admin API: this replica's ``CacheCounters``, and the
+per-tenant figures summed over every replica (``TenantStats``).
 
 Each replica counts into a local delta (a dict add on the lookup path, no round trip)
 and a background task adds the deltas to the store every ``FLUSH_S`` (Redis: one
@@ -17,6 +18,7 @@ import contextlib
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from policies.stores.cache.storage import CacheUnavailable
@@ -47,6 +49,22 @@ def latency_quantile(fields: Mapping[str, float], q: float) -> float | None:
         if seen >= rank:
             return bound if bound != math.inf else BOUNDS_MS[-1]
     return BOUNDS_MS[-1]
+
+
+@dataclass(slots=True)
+class CacheCounters:
+    exact_hits: int = 0
+    semantic_hits: int = 0
+    refused: int = 0  # semantic candidates above the threshold the verifier turned down
+    refused_by_reason: dict[str, int] = field(default_factory=dict)
+    forgotten: int = 0  # entries evicted by feedback
+    misses: int = 0
+    bypassed: int = 0
+    stored: int = 0
+    unavailable: int = 0
+    saved_usd: float = 0.0
+    by_reason: dict[str, int] = field(default_factory=dict)
+    semantic_by_tenant: dict[str, int] = field(default_factory=dict)
 
 
 class TenantStats:

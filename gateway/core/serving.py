@@ -18,8 +18,9 @@ from dataclasses import replace
 from backends.base import Chunk, GenerationRequest
 from backends.errors import EngineError, EngineUnavailable
 from backends.pool import EnginePool, StreamInfo
+from gateway.cache.plan import Lookup
 from gateway.cache.record import CachedResponse, Recorder
-from gateway.cache.service import CacheProbe, Lookup
+from gateway.cache.service import CacheProbe
 from gateway.core import escalation
 from gateway.errors import ApiError, GatewayTimeout, from_engine_error
 from gateway.guardrails.guard import RequestGuard

@@ -9,7 +9,7 @@ import pytest
 
 from backends.base import GenerationRequest, SamplingParams
 from gateway.cache.keys import embedding_space, fingerprint
-from gateway.cache.service import cache_directives, cacheable
+from gateway.cache.plan import cache_directives, cacheable
 from policies.schema import CachePolicy
 from policies.stores.cache.keys import CacheKeys, namespace
 
