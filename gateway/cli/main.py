@@ -140,9 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("args", nargs=argparse.REMAINDER, help="passed to the script")
     bench.set_defaults(func=cmd_bench)
 
-    from gateway.cli.classifier import add_commands
+    from gateway.cli import classifier, evaluate
 
-    add_commands(sub)
+    classifier.add_commands(sub)
+    evaluate.add_commands(sub)
     return parser
 
 
