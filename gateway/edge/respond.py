@@ -10,7 +10,8 @@ Every generation endpoint is this one call, whatever its format::
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 import orjson
 from starlette.requests import Request
@@ -43,22 +44,40 @@ async def serve(request: Request, call: TenantCall, wire: WireFormat[Body]) -> R
     return await respond(request, run, exchange)
 
 
+@dataclass(frozen=True, slots=True)
+class CoreHeaders:
+    """What the core honours from a request's headers (``core_headers``)."""
+
+    cache_control: str | None  # ``Cache-Control``: no-cache, no-store
+    forced_tier: str | None  # ``x-tiergate-tier`` (where the tenant allows it)
+    session: SessionHint | None  # ``x-session-id``: before anything the body says
+
+
+def core_headers(headers: Mapping[str, str]) -> CoreHeaders:
+    """The one place the request headers the core honours are read, for every endpoint
+    that hands the core a request (generation, ``/v1/route``, ``count_tokens``)."""
+    session = headers.get("x-session-id")
+    return CoreHeaders(
+        headers.get("cache-control"),
+        headers.get("x-tiergate-tier"),
+        SessionHint("header", session) if session else None,
+    )
+
+
 def ask_for(request: Request, principal: Principal, turn: Turn) -> Ask:
-    """A generation request as every wire format hands it to the core: the client's
-    ``Cache-Control``, ``x-tiergate-tier`` and ``x-session-id`` headers are read here,
-    once (the header names the session before anything the body says)."""
-    header = request.headers.get("x-session-id")
-    session = SessionHint("header", header) if header else turn.session
+    """A generation request as every wire format hands it to the core, with the
+    headers the core honours (``core_headers``)."""
+    asked = core_headers(request.headers)
     return Ask(
         principal,
         turn.model,
         turn.generation,
         stream=turn.stream,
         include_usage=turn.include_usage,
-        cache_control=request.headers.get("cache-control"),
-        forced_tier=request.headers.get("x-tiergate-tier"),
+        cache_control=asked.cache_control,
+        forced_tier=asked.forced_tier,
         metadata=turn.metadata,
-        session=session,
+        session=asked.session or turn.session,
     )
 
 

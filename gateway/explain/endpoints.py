@@ -21,12 +21,12 @@ from gateway.edge.deps import TenantDep
 from gateway.edge.family import Family
 from gateway.edge.http import GatewayEndpoint, read_body
 from gateway.edge.openapi import errors, request_body
+from gateway.edge.respond import core_headers
 from gateway.errors import InvalidRequest
 from gateway.types import Ask, RoutedRequest
 from gateway.wire.common import load_json, parse_body
 from policies.schema import GatewayConfig
 from routers.objective import TierChoice
-from routers.session import SessionHint
 
 endpoints = APIRouter(
     route_class=GatewayEndpoint,
@@ -58,15 +58,15 @@ async def explain_route(request: Request, call: TenantDep) -> Response:
         build = completions_wire.to_generation(parsed)
     else:
         raise InvalidRequest("give 'messages' (chat) or 'prompt' (completions)", param="messages")
-    header = request.headers.get("x-session-id")
+    asked = core_headers(request.headers)
     ask = Ask(
         call.principal,
         data["model"],
         build,
         stream=False,
         include_usage=False,
-        forced_tier=request.headers.get("x-tiergate-tier"),
-        session=SessionHint("header", header) if header else parsed.session(),
+        forced_tier=asked.forced_tier,
+        session=asked.session or parsed.session(),
     )
     # An explanation is not traffic: no cache lookup, and it stays out of target_share.
     routed = await core.route(ask)

@@ -20,7 +20,7 @@ from gateway.edge.deps import TenantDep
 from gateway.edge.family import Family
 from gateway.edge.http import TracedEndpoint, read_body
 from gateway.edge.openapi import MESSAGES_ERRORS, request_body
-from gateway.edge.respond import serve
+from gateway.edge.respond import core_headers, serve
 from gateway.messages.protocol import CountTokensRequest, MessagesRequest
 from gateway.messages.render import MESSAGES, beta_hints
 from gateway.messages.translate import to_generation
@@ -57,7 +57,7 @@ async def count_tokens(request: Request, call: TenantDep) -> Response:
         turn.generation,
         stream=False,
         include_usage=False,
-        forced_tier=request.headers.get("x-tiergate-tier"),
+        forced_tier=core_headers(request.headers).forced_tier,
     )
     routed = await core.route(ask)  # no cache lookup; not traffic
     tokens = prompt_upper_tokens(config, turn.generation, routed.tier)
