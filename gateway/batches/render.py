@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import ApiError
-from gateway.messages.render import error_body
+from gateway.wire.errors import anthropic_body
 from policies.stores.batch_records import (
     CANCELLING,
     ENDED,
@@ -136,7 +136,7 @@ def anthropic_answer(custom_id: str, message: Any) -> bytes:
 
 
 def anthropic_error(custom_id: str, error: ApiError, request_id: str | None) -> bytes:
-    result = {"type": "errored", "error": error_body(error, request_id)}
+    result = {"type": "errored", "error": anthropic_body(error, request_id)}
     return orjson.dumps({"custom_id": custom_id, "result": result})
 
 

@@ -1,5 +1,5 @@
 """Typed chunks → one Anthropic ``message`` (a whole answer), or → the Messages event
-stream; and any ``ApiError`` → Anthropic's error shape.
+stream; any ``ApiError`` answers in Anthropic's error shape (``gateway.wire.errors``).
 
 The stream is the sequence the ``anthropic`` SDK's ``messages.stream()`` accumulator and
 Claude Code parse: ``message_start``, ``ping``; per content block
@@ -16,13 +16,13 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import orjson
-from starlette.responses import Response
 
 from backends.base import Chunk, Usage
 from gateway.errors import ApiError
 from gateway.messages.protocol import MessagesRequest
 from gateway.messages.translate import to_generation
 from gateway.wire.compat import Compat
+from gateway.wire.errors import anthropic_body, anthropic_error
 from gateway.wire.format import Caller, RunView, SimpleFormat, Turn
 from gateway.wire.sse import Event, named_events
 from routers.session import SessionHint
@@ -34,48 +34,6 @@ _STOP_REASONS = {
     "function_call": "tool_use",
     "content_filter": "refusal",
 }
-# Anthropic's error types and statuses, by the gateway's status.
-_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    405: "not_found_error",
-    408: "timeout_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    504: "timeout_error",
-}
-OVERLOADED_STATUS = 529  # what Anthropic answers when it is overloaded (its SDK retries it)
-
-
-def error_status(error: ApiError) -> int:
-    return OVERLOADED_STATUS if error.code == "overloaded" else error.status
-
-
-def error_body(error: ApiError, request_id: str | None = None) -> dict[str, Any]:
-    """``{"type": "error", "error": {"type", "message"}}``, Anthropic's shape."""
-    if error.code == "overloaded":
-        kind = "overloaded_error"
-    else:
-        kind = _ERROR_TYPES.get(error.status, "api_error")
-    body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": error.message}}
-    request_id = request_id or error.headers.get("x-request-id")
-    if request_id:
-        body["request_id"] = request_id
-    return body
-
-
-def anthropic_error(error: ApiError, extra_headers: dict[str, str]) -> Response:
-    """The Messages family's ``ErrorShape``: Anthropic's body and status (529 overloaded)."""
-    headers = {**error.headers, **extra_headers}
-    body = error_body(error, headers.get("x-request-id"))
-    return Response(
-        orjson.dumps(body),
-        status_code=error_status(error),
-        media_type="application/json",
-        headers=headers,
-    )
 
 
 def stop_sequence(final: Chunk) -> str | None:
@@ -216,7 +174,7 @@ class _Blocks:
 
 
 def _stream_error(error: ApiError) -> Sequence[Event]:
-    return [error_body(error)]
+    return [anthropic_body(error)]
 
 
 FRAMING = named_events(_stream_error)

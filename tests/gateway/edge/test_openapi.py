@@ -11,8 +11,7 @@ from gateway.admin.protocol import TenantCreate, TenantUpdate
 from gateway.app import FAMILIES
 from gateway.chat.protocol import ChatCompletionRequest
 from gateway.errors import ApiError, InvalidRequest
-from gateway.messages import render as messages_output
-from gateway.wire.errors import AnthropicError, ErrorResponse
+from gateway.wire.errors import AnthropicError, ErrorResponse, anthropic_body
 from policies.schema import TenantSpec
 from tiergate_testing.configs import fake_config
 from tiergate_testing.gateways import running_gateway
@@ -123,5 +122,5 @@ def test_the_tenant_body_is_the_tenant_spec_without_keys() -> None:
 def test_the_error_model_matches_what_errors_write() -> None:
     for error in (InvalidRequest("bad", param="messages", code="invalid_value"), ApiError("x")):
         assert ErrorResponse.model_validate(error.body()).model_dump() == error.body()
-        anthropic = messages_output.error_body(error, "req-1")
+        anthropic = anthropic_body(error, "req-1")
         assert AnthropicError.model_validate(anthropic).model_dump() == anthropic

@@ -14,9 +14,10 @@ import pytest
 from backends.base import Chunk, Usage
 from gateway.errors import InvalidRequest, Overloaded, RateLimited
 from gateway.messages.protocol import MessagesRequest
-from gateway.messages.render import error_body, error_status, events, whole
+from gateway.messages.render import events, whole
 from gateway.messages.translate import to_generation
 from gateway.wire.common import parse_body
+from gateway.wire.errors import anthropic_body, anthropic_status
 
 PNG = "iVBORw0KGgo="
 
@@ -284,9 +285,9 @@ def test_a_whole_answer_and_its_stop_sequence() -> None:
 
 def test_error_shapes_and_statuses() -> None:
     overloaded = Overloaded("busy", headers={"Retry-After": "2"})
-    assert error_status(overloaded) == 529
-    assert error_body(overloaded)["error"]["type"] == "overloaded_error"
-    assert error_body(RateLimited("slow down"), "req-9") == {
+    assert anthropic_status(overloaded) == 529
+    assert anthropic_body(overloaded)["error"]["type"] == "overloaded_error"
+    assert anthropic_body(RateLimited("slow down"), "req-9") == {
         "type": "error",
         "error": {"type": "rate_limit_error", "message": "slow down"},
         "request_id": "req-9",
