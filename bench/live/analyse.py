@@ -113,7 +113,8 @@ def main() -> None:
     if not ids:
         raise SystemExit("no prompt has records of all three tiers yet")
     kinds = {i: items[i]["kind"] for i in ids}
-    auto = auto_tiers([items[i] for i in ids], args.config)
+    routed = auto_tiers(list(items.values()), args.config)  # every prompt, recorded or not
+    auto = {i: routed[i] for i in ids}
     oracle = {i: next((t for t in TIERS if grades[i][t]), "small") for i in ids}
     rows = [
         *(policy(f"always-{t}", dict.fromkeys(ids, t), ids, kinds, recs, grades) for t in TIERS),
@@ -150,6 +151,19 @@ def main() -> None:
             f"| {row['policy']} | {row['accuracy']:.3f} | {row['usd']:.5f} | "
             f"{row['cpu_s']:.0f} | {share} | {per_kind} |"
         )
+    lines += [
+        "",
+        f"Where prompt-only `auto` sends each kind, on all {len(items)} prompts of the set "
+        "(small / medium / large):",
+        "",
+        "| kind | prompts | small | medium | large |",
+        "|---|---|---|---|---|",
+    ]
+    for kind in KINDS:
+        of_kind = [i for i in items if items[i]["kind"] == kind]
+        shares = [sum(routed[i] == t for i in of_kind) / len(of_kind) for t in TIERS]
+        cells = " | ".join(f"{x:.2f}" for x in shares)
+        lines.append(f"| {kind} | {len(of_kind)} | {cells} |")
     (RESULTS / f"{args.set}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
