@@ -296,6 +296,8 @@ async def admit_worst(
         if not held.final:  # requests in flight hold the room: it may come back
             detail += ", more once requests in flight settle"
             headers = {**headers, "Retry-After": HOLDS_RETRY_AFTER}
+        else:  # the OpenAI SDKs retry every 429 unless told not to
+            headers = {**headers, "x-should-retry": "false"}
         raise InsufficientQuota(
             f"You exceeded your current quota ({detail}; this request may cost up to "
             f"${held.needed_usd:.6f}).",

@@ -103,10 +103,14 @@ def test_a_spent_key_is_refused_without_touching_its_tenant(setup: Any) -> None:
     api.chat.completions.create(model="small", messages=HI, max_tokens=8)  # type: ignore[arg-type]
     before = probe.status(scopes)
     assert before["tenant:keycap"].spent_usd > 0
+    # The SDK's own retries on: a final refusal says x-should-retry: false, so it asks once.
+    retrying = openai.OpenAI(base_url=gateway.base_url + "/v1", api_key=KEYS["keycap"])
+    _CLIENTS.append(retrying)
     with pytest.raises(openai.RateLimitError) as caught:
-        api.chat.completions.create(model="small", messages=HI, max_tokens=8)  # type: ignore[arg-type]
+        retrying.chat.completions.create(model="small", messages=HI, max_tokens=8)  # type: ignore[arg-type]
     assert caught.value.code == "insufficient_quota"
     assert caught.value.status_code == 429
+    assert caught.value.response.headers["x-should-retry"] == "false"
     assert probe.status(scopes) == before
     assert probe.holds() == 0
     denied = [e for e in probe.events() if e.tenant == "keycap" and e.kind == "denied"]

@@ -113,6 +113,9 @@ async def test_a_refusal_is_recorded_once_and_nothing_is_held(money: Fixture) ->
         await hold.open()
     error, denied = refusal(refused.value)
     assert (error, denied) == ("insufficient_quota", "budget")
+    # final: no hold in flight could make room, so the SDKs are told not to retry
+    assert refused.value.headers.get("x-should-retry") == "false"
+    assert "Retry-After" not in refused.value.headers
     await hold.close(outcome(money.config, 0, error, denied))  # the request's own close
     await hold.close(outcome(money.config, 0, "cancelled"))  # and again: a no-op
     assert await money.money.budgets.active_holds() == 0
