@@ -81,6 +81,19 @@ class BudgetProbe:
         result: int = asyncio.run(self._with_store(work))
         return result
 
+    def deadlines(self) -> tuple[float, list[float]]:
+        """The store's clock and every hold's expiry, in seconds of that clock."""
+
+        async def work(budgets: RedisBudgetStore, _: RedisLedger) -> tuple[float, list[float]]:
+            now = await budgets.store.server_time()
+            scored = await budgets.store.client.zrange(
+                budgets.deadlines_key, 0, -1, withscores=True
+            )
+            return now, [float(score) / 1000 for _, score in scored]
+
+        result: tuple[float, list[float]] = asyncio.run(self._with_store(work))
+        return result
+
     def events(self) -> list[SpendEvent]:
         async def work(_: RedisBudgetStore, ledger: RedisLedger) -> list[SpendEvent]:
             return await ledger.events(time.time() - 3600, time.time() + 3600, limit=100_000)

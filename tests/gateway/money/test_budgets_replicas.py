@@ -208,6 +208,11 @@ async def _hold_streams(url: str, key: str, count: int) -> None:
 
 
 def test_a_killed_replicas_holds_lapse_and_the_budget_returns(tmp_path: Path) -> None:
+    """The holds of a SIGKILLed replica lapse at their deadline (at most one TTL after the
+    kill: nothing extends them any more), and the first budget listing a survivor gives
+    once the store's clock has passed that deadline shows the money back. Both are read
+    on the store's clock, not the test's: how long a loaded host takes to poll is no part
+    of the verdict (the polls' bounds are liveness bounds only)."""
     ttl_s = 3.0
     with redis_prefix() as prefix:
         raw, worst = configure(prefix, ttl_s=ttl_s, token_delay_s=1.0)
@@ -219,28 +224,29 @@ def test_a_killed_replicas_holds_lapse_and_the_budget_returns(tmp_path: Path) ->
                 env=subprocess_env(),
             )
             try:
-                deadline = time.monotonic() + 20
+                deadline = time.monotonic() + 60  # liveness: ten streams start
                 while probe.holds() < 10 and time.monotonic() < deadline:
                     time.sleep(0.05)
                 assert probe.holds() == 10
-                victim.kill()
+                victim.kill()  # returns once the process is gone
                 killed = time.monotonic()
+                store_now, lapse_at = probe.deadlines()
+                assert len(lapse_at) == 10
+                assert max(lapse_at) <= store_now + ttl_s, (store_now, lapse_at)
                 held = probe.status(scopes)["tenant:victim"]
-                assert held.held_usd == pytest.approx(10 * worst, abs=1e-9)
                 assert held.spent_usd == 0.0
-                admin = {"authorization": f"Bearer {ADMIN_KEY}"}
-                while time.monotonic() - killed < ttl_s + 2:
-                    listing = httpx.get(
-                        survivor.base_url + "/admin/api/budgets", headers=admin
-                    ).json()
-                    tenant = next(t for t in listing["tenants"] if t["tenant"] == "victim")
-                    if tenant["held_usd"] == 0:
-                        break
+                if probe.deadlines()[0] < min(lapse_at):  # read before any could lapse
+                    assert held.held_usd == pytest.approx(10 * worst, abs=1e-9)
+                while probe.deadlines()[0] <= max(lapse_at):  # the store's clock passes
                     time.sleep(0.1)
+                admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+                listing = httpx.get(
+                    survivor.base_url + "/admin/api/budgets", headers=admin, timeout=30
+                ).json()
                 restored_after = time.monotonic() - killed
+                tenant = next(t for t in listing["tenants"] if t["tenant"] == "victim")
                 assert tenant["held_usd"] == 0 and tenant["spent_usd"] == 0
                 assert tenant["remaining_usd"] == pytest.approx(100 * worst, abs=1e-9)
-                assert restored_after <= ttl_s + 1.0, restored_after
                 assert probe.holds() == 0
                 print(f"\nholds of a SIGKILLed replica released {restored_after:.2f}s after "
                       f"the kill (TTL {ttl_s}s)")  # fmt: skip
