@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import platform
+import socket
 import subprocess
 import sys
 import time
@@ -36,6 +37,12 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 RECORDS = HERE / "records"
 KEY = "live-bench-key"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def cpu_name() -> str:
@@ -115,17 +122,19 @@ def main() -> None:
     parser.add_argument("--set", default="heldout", choices=["heldout", "fit"])
     parser.add_argument("--tiers", default="large,medium,small")
     parser.add_argument("--config", type=Path, default=REPO / "config" / "gateway.yaml")
-    parser.add_argument("--port", type=int, default=8471)
+    parser.add_argument("--port", type=int, default=0, help="0: a free port")
     parser.add_argument("--limit", type=int, default=0, help="at most this many new rows a tier")
     args = parser.parse_args()
     items = load(args.set)
     RECORDS.mkdir(exist_ok=True)
-    proc = start_gateway(args.config, args.port)
+    # A free port unless one is given: a stale server on a fixed port would answer in its place.
+    port = args.port or free_port()
+    proc = start_gateway(args.config, port)
     process = psutil.Process(proc.pid)
     cpu = cpu_name()
     try:
         client = httpx.Client(
-            base_url=f"http://127.0.0.1:{args.port}",
+            base_url=f"http://127.0.0.1:{port}",
             headers={"authorization": f"Bearer {KEY}"},
             timeout=900,
         )
