@@ -189,6 +189,21 @@ def wait_until(url: str, what: str, check: Any, timeout_s: float = 120.0) -> dic
         time.sleep(0.2)
 
 
+def counted(urls: list[str], timeout_s: float = 120.0) -> list[dict[str, Any]]:
+    """Every replica's overview once their shadow pairs counted add up to ``REPLAYED``.
+    A replica counts a pair after its labels are written, so a refit that has seen every
+    label may come before the last pair is counted: on a loaded host, long enough before
+    for one read to miss it. A count past ``REPLAYED`` fails at once."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = [overview(url) for url in urls]
+        labelled = sum(o["replica"]["shadow_labelled"] for o in found)
+        if labelled >= REPLAYED:
+            return found
+        assert time.monotonic() < deadline, f"pairs counted: {labelled} of {REPLAYED}"
+        time.sleep(0.2)
+
+
 def labels_ever(body: dict[str, Any]) -> int:
     return sum(row["count"] for row in body["labels"]["ever"])
 
@@ -228,7 +243,9 @@ def test_refit_from_replayed_traffic_meets_the_objective_and_a_bad_one_rolls_bac
         wait_until(a, "phase B labels", lambda o: labels_ever(o) == flipped_seen)
         replay(urls, prompts[CLEAN_A + FLIPPED_B : REPLAYED])
         second = wait_until(a, "the second refit", lambda o: len(o["refits"]) == 2)["refits"][0]
-        both = [wait_until(u, "serving", lambda o: o["serving_version"] == 1) for u in urls]
+        for url in urls:
+            wait_until(url, "serving", lambda o: o["serving_version"] == 1)
+        both = counted(urls)
         version, model = serving_model(root=raw["redis_prefix"])
         after = routed(b, texts, "refit")  # what routing reads now: the objective over the refit
         replay_s = time.monotonic() - started
