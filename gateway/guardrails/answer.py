@@ -17,17 +17,14 @@ wire format ends the stream with its error event (docs/guardrails.md).
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from backends.base import Chunk
-from gateway.guardrails.errors import GuardrailBlocked, GuardrailUnavailable
+from gateway.guardrails.errors import GuardrailBlocked
 from gateway.guardrails.recognizers import Finding
 from gateway.guardrails.redactor import Redactor
-
-log = logging.getLogger(__name__)
 
 CONTEXT_CHARS = 64  # of released text, scanned again for what begins a value (Bearer …)
 RUN_LIMIT = 16  # a word longer than this many windows is cut anyway (base64, minified code)
@@ -80,14 +77,7 @@ class AnswerWindow:
 
                 found = names_and_places(policy, scan, found)
         except Exception as exc:  # a detector's failure: the stream ends, or (fail_open) goes on
-            if not policy.spec.fail_open:
-                log.warning("guardrail failed on the answer, stream ended: %r", exc)
-                raise GuardrailUnavailable(
-                    "the guardrail could not check the answer; the rest was not sent",
-                    detail=repr(exc),
-                ) from exc
-            log.warning("guardrail failed on the answer, text let through (fail_open): %r", exc)
-            self.redactor.counts[("ERROR", "fail_open")] += 1
+            self.redactor.detector_failed(exc, "the answer", "the rest was not sent")
             found = []
         # in the buffer's offsets; a value begun in the released context keeps its rest
         return [

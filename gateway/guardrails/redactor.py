@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.guardrails.errors import GuardrailBlocked
+from gateway.guardrails.errors import GuardrailBlocked, GuardrailUnavailable
 from gateway.guardrails.policy import DETECTOR_OF, Policy
 from gateway.guardrails.recognizers import Finding
 
@@ -64,6 +64,17 @@ class Redactor:
         self.counts: Counter[tuple[str, str]] = Counter()  # (type, action) -> how many
         self.local = False  # a ``local`` value was found: in-process tiers only
         self._numbers: Counter[str] = Counter()
+
+    def detector_failed(self, exc: Exception, what: str, refused: str) -> None:
+        """A detector failed on ``what``: fail closed (503, ``refused`` says what the caller
+        lost) or, where the tenant chose fail_open, let the text through and count it."""
+        if not self.policy.spec.fail_open:
+            log.warning("guardrail failed on %s, fail closed: %r", what, exc)
+            raise GuardrailUnavailable(
+                f"the guardrail could not check {what}; {refused}", detail=repr(exc)
+            ) from exc
+        log.warning("guardrail failed on %s, text let through (fail_open): %r", what, exc)
+        self.counts[("ERROR", "fail_open")] += 1
 
     def placeholder(self, finding: Finding) -> str:
         held = self.placeholders.get(finding.value)

@@ -12,20 +12,17 @@ process, or refuses it.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from dataclasses import replace
 
 from gateway.errors import ApiError
-from gateway.guardrails.errors import GuardrailUnavailable, NoLocalTier
+from gateway.guardrails.errors import NoLocalTier
 from gateway.guardrails.guard import RequestGuard, in_process
 from gateway.guardrails.policy import policy_for
 from gateway.guardrails.redactor import Redactor
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.types import Ask, RoutedRequest
 from policies.schema import GatewayConfig
-
-log = logging.getLogger(__name__)
 
 
 def screen(
@@ -43,14 +40,7 @@ def screen(
     except ApiError:
         raise  # a block rule: the 400 names it
     except Exception as exc:  # any detector's failure is the guard's: fail closed or open
-        if not policy.spec.fail_open:
-            log.warning("guardrail failed, request refused (fail closed): %r", exc)
-            raise GuardrailUnavailable(
-                "the guardrail could not check this request; it was not sent",
-                detail=repr(exc),
-            ) from exc
-        log.warning("guardrail failed, request let through (fail_open): %r", exc)
-        redactor.counts[("ERROR", "fail_open")] += 1
+        redactor.detector_failed(exc, "this request", "it was not sent")
         screened = ask
     finally:
         seconds = time.perf_counter() - started
