@@ -21,7 +21,18 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench.live.escalate import (
+    Answered,
+    candidate_thresholds,
+    decisions,
+    replay,
+    single,
+    spec_of,
+    totals,
+)
 from bench.live.sets import load
+from routers.decision import TierDecision
+from routers.escalation import relative_costs
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -45,8 +56,11 @@ def records(name: str) -> dict[str, dict[str, dict[str, Any]]]:
     return out
 
 
-def auto_tiers(items: list[dict[str, Any]], config: Path) -> dict[str, str]:
-    """The tier ``tiergate classify`` gives each prompt under the config's policy."""
+def auto_rows(items: list[dict[str, Any]], config: Path) -> dict[str, dict[str, Any]]:
+    """``tiergate classify``'s row per prompt under the config's policy (its tier, per-tier
+    qualities, λ and the tiers it chose among). 200 rows or more (``target.min_samples``)
+    are routed at their own pooled λ, as a deployment's steady traffic is; fewer at the
+    quality model's reference λ, as a gateway that has just started routes them."""
     with tempfile.TemporaryDirectory() as folder:
         source, target = Path(folder) / "in.jsonl", Path(folder) / "out.jsonl"
         source.write_text(
@@ -55,47 +69,89 @@ def auto_tiers(items: list[dict[str, Any]], config: Path) -> dict[str, str]:
         command = [sys.executable, "-m", "gateway", "classify", str(source), "-o", str(target)]
         subprocess.run([*command, "--config", str(config)], cwd=REPO, check=True)
         rows = [json.loads(line) for line in target.read_text().splitlines() if line]
-    return {row["id"]: row["tier"] for row in rows}
+    return {row["id"]: row for row in rows}
 
 
-def policy(
-    name: str,
-    choice: dict[str, str],
-    ids: list[str],
-    kinds: dict[str, str],
-    recs: dict[str, dict[str, dict[str, Any]]],
-    grades: dict[str, dict[str, int]],
-) -> dict[str, Any]:
-    correct = [grades[i][choice[i]] for i in ids]
+def policy(name: str, answers: list[Answered], kinds: list[str]) -> dict[str, Any]:
+    """A policy's accuracy, cost (priced and engine CPU-s), tier shares and escalations."""
+    accuracy, usd = totals(answers)
     per_kind = {}
     for kind in KINDS:
-        marks = [grades[i][choice[i]] for i in ids if kinds[i] == kind]
+        marks = [a.correct for a, k in zip(answers, kinds, strict=True) if k == kind]
         if marks:
             per_kind[kind] = {"n": len(marks), "accuracy": round(sum(marks) / len(marks), 3)}
-    shares = {t: round(sum(choice[i] == t for i in ids) / len(ids), 3) for t in TIERS}
-    return {
+    row: dict[str, Any] = {
         "policy": name,
-        "accuracy": round(sum(correct) / len(ids), 4),
-        "usd": sum(recs[i][choice[i]]["cost_usd"] for i in ids),
-        "cpu_s": round(sum(recs[i][choice[i]]["cpu_s"] for i in ids), 1),
-        "tier_share": shares,
+        "accuracy": round(accuracy, 4),
+        "usd": usd,
+        "cpu_s": round(sum(a.cpu_s for a in answers), 1),
+        "tier_share": {
+            t: round(sum(a.tier == t for a in answers) / len(answers), 3) for t in TIERS
+        },
         "per_kind": per_kind,
     }
+    tried = [a for a in answers if a.escalated is not None]
+    if tried:
+        row["escalation"] = {
+            "cheap_first": round(len(tried) / len(answers), 3),
+            "escalated": round(sum(bool(a.escalated) for a in tried) / len(answers), 3),
+            "kept": sum(a.escalated is False for a in tried),
+        }
+    return row
 
 
-def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
+def prompt_only(ids: list[str], plans: dict[str, TierDecision], lam: float) -> dict[str, str]:
+    """Prompt-only ``auto`` at a fixed λ over every tier: best quality - λ · cost share."""
+    out = {}
+    for i in ids:
+        choice = plans[i].choice
+        assert choice is not None
+        share = relative_costs(choice.cost)
+        value = [q - lam * s for q, s in zip(choice.quality, share, strict=True)]
+        out[i] = TIERS[max(range(len(TIERS)), key=lambda t: (value[t], -t))]
+    return out
+
+
+def hull_accuracy(fixed: list[dict[str, Any]], usd: float) -> float:
+    """The fixed tiers' convex hull at this cost: the best mix of two fixed tiers (or one)."""
+    points = sorted((row["usd"], row["accuracy"]) for row in fixed)
+    best = max((a for c, a in points if c <= usd), default=0.0)
+    for (c1, a1), (c2, a2) in ((p, q) for p in points for q in points if p[0] < q[0]):
+        if c1 <= usd <= c2:
+            best = max(best, a1 + (a2 - a1) * (usd - c1) / (c2 - c1))
+    return best
+
+
+def plot(
+    rows: list[dict[str, Any]],
+    curves: dict[str, list[tuple[float, float, float]]],
+    path: Path,
+    title: str,
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for axis, key, label in ((axes[0], "usd", "priced USD"), (axes[1], "cpu_s", "engine CPU-s")):
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    for at, (axis, label) in enumerate(((axes[0], "priced USD"), (axes[1], "engine CPU-s"))):
+        key = ("usd", "cpu_s")[at]
+        for name, points in curves.items():
+            axis.plot(
+                [p[1 + at] for p in points],
+                [p[0] for p in points],
+                ".-",
+                lw=0.8,
+                ms=3,
+                alpha=0.6,
+                label=name,
+            )
         for row in rows:
-            axis.scatter(row[key], row["accuracy"])
-            axis.annotate(row["policy"], (row[key], row["accuracy"]), fontsize=8)
+            axis.scatter(row[key], row["accuracy"], zorder=3)
+            axis.annotate(row["policy"], (row[key], row["accuracy"]), fontsize=7)
         axis.set_xlabel(label)
         axis.set_ylabel("accuracy")
+    axes[0].legend(fontsize=7, loc="lower right")
     figure.suptitle(title, fontsize=9)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
@@ -112,46 +168,101 @@ def main() -> None:
     ids = [i for i in items if set(TIERS) <= set(recs.get(i, {}))]
     if not ids:
         raise SystemExit("no prompt has records of all three tiers yet")
-    kinds = {i: items[i]["kind"] for i in ids}
-    routed = auto_tiers(list(items.values()), args.config)  # every prompt, recorded or not
-    auto = {i: routed[i] for i in ids}
+    kinds = [items[i]["kind"] for i in ids]
+    routed = auto_rows(list(items.values()), args.config)  # every prompt, recorded or not
+    plans = decisions(routed, {i: items[i]["prompt"] for i in items}, args.config)
+    spec = spec_of(args.config)
+
+    def fixed(choice: dict[str, str]) -> list[Answered]:
+        return [single(choice[i], recs[i][choice[i]], grades[i][choice[i]]) for i in ids]
+
+    always = [policy(f"always-{t}", fixed(dict.fromkeys(ids, t)), kinds) for t in TIERS]
     oracle = {i: next((t for t in TIERS if grades[i][t]), "small") for i in ids}
+    shipped = replay(ids, plans, spec, recs, grades)
     rows = [
-        *(policy(f"always-{t}", dict.fromkeys(ids, t), ids, kinds, recs, grades) for t in TIERS),
-        policy("auto (prompt-only, shipped)", auto, ids, kinds, recs, grades),
-        policy("oracle (cheapest correct)", oracle, ids, kinds, recs, grades),
+        *always,
+        policy("auto (prompt-only)", fixed({i: plans[i].tier for i in ids}), kinds),
+        policy("auto + escalation (shipped)", shipped, kinds),
+        policy("oracle (cheapest correct)", fixed(oracle), kinds),
     ]
-    cpu = next(iter(next(iter(recs.values())).values())).get("cpu", "unknown CPU")
-    mix = {k: sum(v == k for v in kinds.values()) for k in KINDS}
+    lams = [0.0, *(round(0.02 * 1.25**k, 4) for k in range(30))]
+    curves = {
+        "prompt-only auto, every λ": [
+            (
+                *totals(fixed(prompt_only(ids, plans, lam))),
+                sum(a.cpu_s for a in fixed(prompt_only(ids, plans, lam))),
+            )
+            for lam in lams
+        ],
+        f"auto + escalation, margin {spec.margin:g}, every threshold": [],
+    }
+    for threshold in candidate_thresholds(ids, plans, spec, recs)[::3]:
+        answers = replay(ids, plans, spec.model_copy(update={"threshold": threshold}), recs, grades)
+        curves[f"auto + escalation, margin {spec.margin:g}, every threshold"].append(
+            (*totals(answers), sum(a.cpu_s for a in answers))
+        )
+    accuracy, usd = totals(shipped)
+    large = always[-1]
+    at_cost = max((a for a, c, _ in curves["prompt-only auto, every λ"] if c <= usd), default=0.0)
+    verdict = {
+        "escalation_accuracy": round(accuracy, 4),
+        "large_accuracy": large["accuracy"],
+        "cost_share_of_large": round(usd / large["usd"], 3),
+        "prompt_only_at_equal_cost": round(at_cost, 4),
+        "hull_at_equal_cost": round(hull_accuracy(always, usd), 4),
+    }
+    cpus = sorted({r.get("cpu", "unknown CPU") for by in recs.values() for r in by.values()})
+    mix = {k: kinds.count(k) for k in KINDS}
     RESULTS.mkdir(exist_ok=True)
-    summary = {"set": args.set, "prompts": len(ids), "of": len(items), "mix": mix, "cpu": cpu}
+    summary = {
+        "set": args.set,
+        "prompts": len(ids),
+        "of": len(items),
+        "mix": mix,
+        "cpu": cpus,
+        "escalation": spec.model_dump(),
+        "verdict": verdict,
+    }
     (RESULTS / f"{args.set}.json").write_text(
-        json.dumps({**summary, "policies": rows}, indent=1) + "\n"
+        json.dumps({**summary, "policies": rows, "curves": curves}, indent=1) + "\n"
     )
-    title = f"{args.set}: {len(ids)} prompts answered by all three tiers ({cpu}, 2 cores)"
-    plot(rows, RESULTS / f"{args.set}.png", title)
+    title = (
+        f"{args.set}: {len(ids)} prompts answered by all three tiers (2 cores; {'; '.join(cpus)})"
+    )
+    plot(rows, curves, RESULTS / f"{args.set}.png", title)
     lines = [
         f"# Live bench, {args.set} set",
         "",
         f"{len(ids)} of {len(items)} prompts have records of all three tiers "
-        f"(mix: {', '.join(f'{k} {n}' for k, n in mix.items())}); {cpu}, 2 cores shared "
-        "with other work, one llama.cpp thread per engine (bench/live/gateway-1thread.yaml).",
+        f"(mix: {', '.join(f'{k} {n}' for k, n in mix.items())}); recorded on 2 cores "
+        f"({'; '.join(cpus)}) shared with other work, one llama.cpp thread per engine "
+        "(bench/live/gateway-1thread.yaml). Escalation as shipped (the demo tenant's): "
+        f"margin {spec.margin:g}, q{spec.quantile:g} of the cheap answer's token "
+        f"log-probabilities ≥ {spec.threshold:g} keeps it.",
         "",
         "| policy | accuracy | priced USD | engine CPU-s | small / medium / large | "
         + " | ".join(KINDS)
-        + " |",
-        "|---|---|---|---|---|" + "---|" * len(KINDS),
+        + " | cheap first / escalated |",
+        "|---|---|---|---|---|" + "---|" * len(KINDS) + "---|",
     ]
     for row in rows:
         share = " / ".join(f"{row['tier_share'][t]:.2f}" for t in TIERS)
         per_kind = " | ".join(
             f"{row['per_kind'][k]['accuracy']:.2f}" if k in row["per_kind"] else "-" for k in KINDS
         )
+        tried = row.get("escalation")
+        escalation = f"{tried['cheap_first']:.2f} / {tried['escalated']:.2f}" if tried else "-"
         lines.append(
             f"| {row['policy']} | {row['accuracy']:.3f} | {row['usd']:.5f} | "
-            f"{row['cpu_s']:.0f} | {share} | {per_kind} |"
+            f"{row['cpu_s']:.0f} | {share} | {per_kind} | {escalation} |"
         )
     lines += [
+        "",
+        f"Escalation as shipped: accuracy {verdict['escalation_accuracy']:.3f} against "
+        f"always-large's {verdict['large_accuracy']:.3f}, at {verdict['cost_share_of_large']:.0%} "
+        f"of its priced cost; at that cost prompt-only `auto` (best λ) reaches "
+        f"{verdict['prompt_only_at_equal_cost']:.3f} and the fixed-tier hull "
+        f"{verdict['hull_at_equal_cost']:.3f}.",
         "",
         f"Where prompt-only `auto` sends each kind, on all {len(items)} prompts of the set "
         "(small / medium / large):",
@@ -161,7 +272,7 @@ def main() -> None:
     ]
     for kind in KINDS:
         of_kind = [i for i in items if items[i]["kind"] == kind]
-        shares = [sum(routed[i] == t for i in of_kind) / len(of_kind) for t in TIERS]
+        shares = [sum(routed[i]["tier"] == t for i in of_kind) / len(of_kind) for t in TIERS]
         cells = " | ".join(f"{x:.2f}" for x in shares)
         lines.append(f"| {kind} | {len(of_kind)} | {cells} |")
     (RESULTS / f"{args.set}.md").write_text("\n".join(lines) + "\n")
