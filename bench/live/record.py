@@ -124,6 +124,11 @@ def main() -> None:
     parser.add_argument("--config", type=Path, default=REPO / "config" / "gateway.yaml")
     parser.add_argument("--port", type=int, default=0, help="0: a free port")
     parser.add_argument("--limit", type=int, default=0, help="at most this many new rows a tier")
+    parser.add_argument(
+        "--reverse",
+        action="store_true",
+        help="the shuffled order backwards: a second recorder of the same tier meets the first",
+    )
     args = parser.parse_args()
     items = load(args.set)
     RECORDS.mkdir(exist_ok=True)
@@ -147,6 +152,7 @@ def main() -> None:
             todo = sorted(
                 (item for item in items if item["id"] not in done),
                 key=lambda item: hashlib.sha256(item["id"].encode()).hexdigest(),
+                reverse=args.reverse,
             )
             if args.limit:
                 todo = todo[: args.limit]
