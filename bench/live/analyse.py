@@ -8,7 +8,8 @@ the records. Cost is what the gateway charged (``x-tiergate-cost-usd``, the conf
 and the engine CPU-seconds measured while the answer was made.
 
 Usage: ``python -m bench.live.analyse --set heldout`` (after ``bench.live.grade``) writes
-``bench/live/results/<set>.md``, ``.json`` and the cost-accuracy plot ``.png``.
+``bench/live/results/<set>.md``, ``.json`` and the cost-accuracy plot ``.png`` (``--dir D``:
+``D/records/`` and ``D/grades/`` in, ``D/results/`` out; ``--setup``: how the records were made).
 """
 
 from __future__ import annotations
@@ -36,17 +37,19 @@ from routers.escalation import relative_costs
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-RECORDS = HERE / "records"
-GRADES = HERE / "grades"
-RESULTS = HERE / "results"
+SETUP = (
+    "2 cores shared with other work, one llama.cpp thread per engine "
+    "(bench/live/gateway-1thread.yaml)"
+)
 TIERS = ("small", "medium", "large")
 KINDS = ("fact", "chat", "task", "math", "code")
 
 
-def records(name: str) -> dict[str, dict[str, dict[str, Any]]]:
+def records(folder: Path, name: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """``folder``'s records of the set: {id: {tier: row}}."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for tier in TIERS:
-        path = RECORDS / f"{name}-{tier}.jsonl"
+        path = folder / f"{name}-{tier}.jsonl"
         if not path.exists():
             continue
         for line in path.read_text().splitlines():
@@ -161,10 +164,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--set", default="heldout", choices=["heldout", "fit"])
     parser.add_argument("--config", type=Path, default=REPO / "config" / "gateway.yaml")
+    parser.add_argument("--dir", type=Path, default=HERE, help="records/, grades/, results/")
+    parser.add_argument("--setup", default=SETUP, help="how the records were made")
     args = parser.parse_args()
     items = {item["id"]: item for item in load(args.set)}
-    recs = records(args.set)
-    grades = json.loads((GRADES / f"{args.set}.json").read_text())
+    recs = records(args.dir / "records", args.set)
+    grades = json.loads((args.dir / "grades" / f"{args.set}.json").read_text())
+    results = args.dir / "results"
     ids = [i for i in items if set(TIERS) <= set(recs.get(i, {}))]
     if not ids:
         raise SystemExit("no prompt has records of all three tiers yet")
@@ -213,7 +219,7 @@ def main() -> None:
     }
     cpus = sorted({r.get("cpu", "unknown CPU") for by in recs.values() for r in by.values()})
     mix = {k: kinds.count(k) for k in KINDS}
-    RESULTS.mkdir(exist_ok=True)
+    results.mkdir(exist_ok=True)
     summary = {
         "set": args.set,
         "prompts": len(ids),
@@ -223,20 +229,17 @@ def main() -> None:
         "escalation": spec.model_dump(),
         "verdict": verdict,
     }
-    (RESULTS / f"{args.set}.json").write_text(
+    (results / f"{args.set}.json").write_text(
         json.dumps({**summary, "policies": rows, "curves": curves}, indent=1) + "\n"
     )
-    title = (
-        f"{args.set}: {len(ids)} prompts answered by all three tiers (2 cores; {'; '.join(cpus)})"
-    )
-    plot(rows, curves, RESULTS / f"{args.set}.png", title)
+    title = f"{args.set}: {len(ids)} prompts answered by all three tiers ({'; '.join(cpus)})"
+    plot(rows, curves, results / f"{args.set}.png", title)
     lines = [
         f"# Live bench, {args.set} set",
         "",
         f"{len(ids)} of {len(items)} prompts have records of all three tiers "
-        f"(mix: {', '.join(f'{k} {n}' for k, n in mix.items())}); recorded on 2 cores "
-        f"({'; '.join(cpus)}) shared with other work, one llama.cpp thread per engine "
-        "(bench/live/gateway-1thread.yaml). Escalation as shipped (the demo tenant's): "
+        f"(mix: {', '.join(f'{k} {n}' for k, n in mix.items())}); recorded on "
+        f"{'; '.join(cpus)}, {args.setup}. Escalation as shipped (the demo tenant's): "
         f"margin {spec.margin:g}, q{spec.quantile:g} of the cheap answer's token "
         f"log-probabilities ≥ {spec.threshold:g} keeps it.",
         "",
@@ -275,7 +278,7 @@ def main() -> None:
         shares = [sum(routed[i]["tier"] == t for i in of_kind) / len(of_kind) for t in TIERS]
         cells = " | ".join(f"{x:.2f}" for x in shares)
         lines.append(f"| {kind} | {len(of_kind)} | {cells} |")
-    (RESULTS / f"{args.set}.md").write_text("\n".join(lines) + "\n")
+    (results / f"{args.set}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

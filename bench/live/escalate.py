@@ -13,6 +13,7 @@ margin in ``MARGINS`` and every threshold between the cheap answers' signals is 
 the operator's objective picks one, as ``routing.objective`` picks λ: ``{quality: q}``:
 the cheapest setting whose accuracy reaches ``q`` times always-large's; ``{cost: c}``: the
 most accurate whose cost stays within ``c`` times always-large's. Prints the YAML to set.
+``--dir D``: the records and grades under ``D`` (default ``bench/live``).
 """
 
 from __future__ import annotations
@@ -165,13 +166,14 @@ def calibrate(
 
 
 def main() -> None:
-    from bench.live.analyse import GRADES, auto_rows, records
+    from bench.live.analyse import auto_rows, records
     from bench.live.sets import load
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--set", default="fit", choices=["fit"], help="calibrate on FIT only")
     parser.add_argument("--config", type=Path, default=REPO / "config" / "gateway.yaml")
     parser.add_argument("--objective", default="", help="e.g. quality=0.95 or cost=0.5")
+    parser.add_argument("--dir", type=Path, default=HERE, help="records/ and grades/ under it")
     args = parser.parse_args()
     gateway = load_effective_config(args.config)
     if args.objective:
@@ -182,8 +184,8 @@ def main() -> None:
         assert configured is not None
         objective = {configured.kind: float(configured.cost or configured.quality or 0)}
     items = {item["id"]: item for item in load(args.set)}
-    recs = records(args.set)
-    grades = json.loads((GRADES / f"{args.set}.json").read_text())
+    recs = records(args.dir / "records", args.set)
+    grades = json.loads((args.dir / "grades" / f"{args.set}.json").read_text())
     ids = [i for i in items if set(TIERS) <= set(recs.get(i, {}))]
     rows = auto_rows([items[i] for i in ids], args.config)
     plans = decisions(rows, {i: items[i]["prompt"] for i in ids}, args.config)

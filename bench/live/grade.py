@@ -10,7 +10,8 @@
   Python process (10 CPU-s, 1 GiB).
 
 Usage: ``python -m bench.live.grade --set heldout`` writes ``bench/live/grades/<set>.json``:
-``{id: {tier: 0 | 1}}`` for every record (a failed request counts as wrong).
+``{id: {tier: 0 | 1}}`` for every record (a failed request counts as wrong). ``--dir D``: the
+records in ``D/records/``, the grades to ``D/grades/``.
 """
 
 from __future__ import annotations
@@ -29,8 +30,6 @@ from typing import Any
 from bench.live.sets import load
 
 HERE = Path(__file__).resolve().parent
-RECORDS = HERE / "records"
-GRADES = HERE / "grades"
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -153,17 +152,18 @@ def grade(item: dict[str, Any], row: dict[str, Any]) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--set", default="heldout", choices=["heldout", "fit"])
+    parser.add_argument("--dir", type=Path, default=HERE, help="records/ and grades/ under it")
     args = parser.parse_args()
     items = {item["id"]: item for item in load(args.set)}
     grades: dict[str, dict[str, int]] = {}
-    for path in sorted(RECORDS.glob(f"{args.set}-*.jsonl")):
+    for path in sorted((args.dir / "records").glob(f"{args.set}-*.jsonl")):
         for line in path.read_text().splitlines():
             if not line:
                 continue
             row = json.loads(line)
             grades.setdefault(row["id"], {})[row["tier"]] = int(grade(items[row["id"]], row))
-    GRADES.mkdir(exist_ok=True)
-    out = GRADES / f"{args.set}.json"
+    (args.dir / "grades").mkdir(exist_ok=True)
+    out = args.dir / "grades" / f"{args.set}.json"
     out.write_text(json.dumps(grades, indent=1, sort_keys=True) + "\n")
     for tier in ("small", "medium", "large"):
         marks = [g[tier] for g in grades.values() if tier in g]

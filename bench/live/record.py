@@ -4,9 +4,9 @@ Starts ``tiergate serve`` on the given config (default: the shipped three-tier
 ``config/gateway.yaml``), then asks each named tier every prompt of the set, one at a time,
 greedy (temperature 0), with the prompt kind's ``max_tokens``, ``logprobs`` and 5
 ``top_logprobs``, past the cache (``Cache-Control: no-cache, no-store``). One JSONL per set and
-tier under ``bench/live/records/``; a row already there is not asked again, so a stopped run
-resumes where it stopped (prompts go in a fixed shuffled order: a part is a sample of all
-kinds). Each row carries the answer, finish reason, usage, the priced cost
+tier under ``bench/live/records/`` (``--dir D``: ``D/records/``); a row already there is not
+asked again, so a stopped run resumes where it stopped (prompts go in a fixed shuffled order:
+a part is a sample of all kinds). Each row carries the answer, finish reason, usage, the priced cost
 (``x-tiergate-cost-usd``), the token log-probabilities and the **engine CPU-seconds**: the
 serving process's CPU time (all its threads, llama.cpp's included) across the request, read
 from ``/proc`` (requests run one at a time, so the process did nothing else meanwhile).
@@ -35,7 +35,6 @@ from bench.live.sets import load
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-RECORDS = HERE / "records"
 KEY = "live-bench-key"
 
 
@@ -52,11 +51,11 @@ def cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
-def start_gateway(config: Path, port: int) -> subprocess.Popen[bytes]:
+def start_gateway(config: Path, port: int, ready_s: float) -> subprocess.Popen[bytes]:
     env = {**os.environ, "TIERGATE_DEMO_KEY": KEY, "TIERGATE_LOG_LEVEL": "warning"}
     command = [sys.executable, "-m", "gateway", "serve", "--config", str(config)]
     proc = subprocess.Popen([*command, "--port", str(port)], cwd=REPO, env=env)
-    deadline = time.monotonic() + 600
+    deadline = time.monotonic() + ready_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise SystemExit(f"tiergate serve exited with {proc.returncode}")
@@ -67,7 +66,7 @@ def start_gateway(config: Path, port: int) -> subprocess.Popen[bytes]:
             pass
         time.sleep(1)
     proc.terminate()
-    raise SystemExit("tiergate serve was not ready within 600 s")
+    raise SystemExit(f"tiergate serve was not ready within {ready_s:.0f} s")
 
 
 def cpu_seconds(process: psutil.Process) -> float:
@@ -129,12 +128,15 @@ def main() -> None:
         action="store_true",
         help="the shuffled order backwards: a second recorder of the same tier meets the first",
     )
+    parser.add_argument("--dir", type=Path, default=HERE, help="records go to DIR/records/")
+    parser.add_argument("--ready-s", type=float, default=600, help="to load the engines")
     args = parser.parse_args()
     items = load(args.set)
-    RECORDS.mkdir(exist_ok=True)
+    records = args.dir / "records"
+    records.mkdir(parents=True, exist_ok=True)
     # A free port unless one is given: a stale server on a fixed port would answer in its place.
     port = args.port or free_port()
-    proc = start_gateway(args.config, port)
+    proc = start_gateway(args.config, port, args.ready_s)
     process = psutil.Process(proc.pid)
     cpu = cpu_name()
     try:
@@ -144,7 +146,7 @@ def main() -> None:
             timeout=900,
         )
         for tier in args.tiers.split(","):
-            out = RECORDS / f"{args.set}-{tier}.jsonl"
+            out = records / f"{args.set}-{tier}.jsonl"
             done = set()
             if out.exists():
                 done = {json.loads(line)["id"] for line in out.read_text().splitlines() if line}
