@@ -171,7 +171,7 @@ def main() -> None:
     recs = records(args.dir / "records", args.set)
     grades = json.loads((args.dir / "grades" / f"{args.set}.json").read_text())
     results = args.dir / "results"
-    ids = [i for i in items if set(TIERS) <= set(recs.get(i, {}))]
+    ids = [i for i in items if set(TIERS) <= set(recs.get(i, {})) & set(grades.get(i, {}))]
     if not ids:
         raise SystemExit("no prompt has records of all three tiers yet")
     kinds = [items[i]["kind"] for i in ids]

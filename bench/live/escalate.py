@@ -9,7 +9,8 @@ log-probabilities. A kept answer costs the cheap attempt; a rejected one costs b
 attempts and is graded as the next tier's answer.
 
 Calibration (``python -m bench.live.escalate --set fit``): on the FIT records only, every
-margin in ``MARGINS`` and every threshold between the cheap answers' signals is replayed;
+signal in ``SIGNALS``, margin in ``MARGINS`` and threshold between the cheap answers'
+signals is replayed;
 the operator's objective picks one, as ``routing.objective`` picks λ: ``{quality: q}``:
 the cheapest setting whose accuracy reaches ``q`` times always-large's; ``{cost: c}``: the
 most accurate whose cost stays within ``c`` times always-large's. Prints the YAML to set.
@@ -36,6 +37,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 TIERS = ("small", "medium", "large")
 MARGINS = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
+# The signals tried: Gupta et al.'s low quantile, the least token, the mean.
+SIGNALS = ({"signal": "quantile", "quantile": 0.1}, {"signal": "min"}, {"signal": "mean"})
 
 Records = Mapping[str, Mapping[str, Mapping[str, Any]]]
 Grades = Mapping[str, Mapping[str, int]]
@@ -123,17 +126,23 @@ def totals(answers: list[Answered]) -> tuple[float, float]:
 
 
 def candidate_thresholds(
-    ids: list[str], plans: Mapping[str, TierDecision], spec: EscalationSpec, records: Records
+    ids: list[str],
+    plans: Mapping[str, TierDecision],
+    spec: EscalationSpec,
+    records: Records,
+    most: int = 80,
 ) -> list[float]:
-    """Every distinct point where the verdict on some cheap answer changes (each cheap
-    tier's signal on each prompt), and one below them all."""
+    """Points where the verdict on some cheap answer changes (each cheap tier's signal on
+    each prompt; at most ``most``, evenly spaced among them), one below them all and 0."""
     signals = set()
     for i in ids:
         for tier in TIERS[:-1]:
             value = signal_of([e["logprob"] for e in records[i][tier].get("logprobs", ())], spec)
             if value is not None:
                 signals.add(round(value, 4))
-    return sorted({min(signals, default=0.0) - 0.01, *signals, 0.0})
+    ordered = sorted(signals)
+    step = max(1, len(ordered) // most)
+    return sorted({min(signals, default=0.0) - 0.01, *ordered[::step], 0.0})
 
 
 def calibrate(
@@ -144,16 +153,17 @@ def calibrate(
     grades: Grades,
     objective: Mapping[str, float],
 ) -> tuple[EscalationSpec, float, float, int]:
-    """The (margin, threshold) the objective picks on these records, its accuracy and
-    cost, and how many settings were tried."""
+    """The (signal, margin, threshold) the objective picks on these records, its accuracy
+    and cost, and how many settings were tried."""
     large = totals([single("large", records[i]["large"], grades[i]["large"]) for i in ids])
     tried = []
-    thresholds = candidate_thresholds(ids, plans, base, records)
-    for margin in MARGINS:
-        for threshold in thresholds:
-            spec = base.model_copy(update={"margin": margin, "threshold": threshold})
-            accuracy, usd = totals(replay(ids, plans, spec, records, grades))
-            tried.append((spec, accuracy, usd))
+    for signal in SIGNALS:
+        reduced = base.model_copy(update=signal)
+        for threshold in candidate_thresholds(ids, plans, reduced, records):
+            for margin in MARGINS:
+                spec = reduced.model_copy(update={"margin": margin, "threshold": threshold})
+                accuracy, usd = totals(replay(ids, plans, spec, records, grades))
+                tried.append((spec, accuracy, usd))
     if "quality" in objective:
         floor = objective["quality"] * large[0]
         met = [t for t in tried if t[1] >= floor - 1e-12] or [max(tried, key=lambda t: t[1])]
@@ -196,7 +206,10 @@ def main() -> None:
         f"# {len(ids)} FIT prompts, objective {objective}, {tried} settings tried: "
         f"accuracy {accuracy:.3f}, {usd:.5f} USD"
     )
-    print(f"escalation: {{margin: {spec.margin:g}, threshold: {spec.threshold:g}}}")
+    print(
+        f"escalation: {{margin: {spec.margin:g}, signal: {spec.signal}, "
+        f"quantile: {spec.quantile:g}, threshold: {spec.threshold:g}}}"
+    )
 
 
 if __name__ == "__main__":
