@@ -3,7 +3,8 @@
 A leaf: it imports nothing of the gateway (``tests/gateway/test_layers.py``), so any
 stage may use these types without depending on the stage that made them.
 
-- ``Ask``: a request as a wire format hands it to the serving core.
+- ``Ask``: a request as a wire format hands it to the serving core (built in one
+  place, ``gateway.core.entrance.ask_for``).
 - ``RoutedRequest``: the request once its tier is decided (``gateway.routing.route``).
 - ``Progress``: what a run has seen so far; ``Outcome``: what the request came to,
   computed once when it ends (``gateway.money.outcome.conclude``), from which the

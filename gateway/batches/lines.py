@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from gateway.core.answer import collect
+from gateway.core.entrance import Options, ask_for
 from gateway.core.serving_core import ServingCore
 from gateway.embeddings.protocol import EmbeddingRequest
 from gateway.embeddings.serving import create_embeddings
@@ -33,7 +34,7 @@ from gateway.errors import (
     RateLimited,
     ServiceUnavailable,
 )
-from gateway.types import Ask, Outcome
+from gateway.types import Outcome
 from gateway.wire.common import parse_body
 from gateway.wire.format import Caller, WireFormat
 from policies.tenants import Principal
@@ -106,18 +107,10 @@ async def answer(
     try:
         caller = Caller(principal, core.config, {}, core.parts.responses)
         exchange = await wire.prepare(wire.parse(body), caller)
-        turn = exchange.turn
-        request_id = stable_id(turn.generation.request_id, seed)
-        generation = replace(turn.generation, request_id=request_id)
-        ask = Ask(
-            principal,
-            turn.model,
-            generation,
-            stream=False,
-            include_usage=turn.include_usage,
-            metadata=turn.metadata,
-            priority="batch",
-        )
+        request_id = stable_id(exchange.turn.generation.request_id, seed)
+        # A line is answered whole, and belongs to no conversation (``routing.sessions``).
+        turn = replace(exchange.turn, stream=False, session=None)
+        ask = ask_for(principal, turn, Options(priority="batch", request_id=request_id))
         run = await core.start(ask)
     except ApiError as exc:
         raise Refused(exc, request_id, LineMoney()) from exc

@@ -11,20 +11,18 @@ Every generation endpoint is this one call, whatever its format::
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.core.answer import answer, collect
+from gateway.core.entrance import Options, ask_for
 from gateway.core.serving import Run
 from gateway.edge.http import TenantCall, read_body, until_disconnect
 from gateway.telemetry.timing import lap
-from gateway.types import Ask
-from gateway.wire.format import Body, Caller, Exchange, Turn, WireFormat
+from gateway.wire.format import Body, Caller, Exchange, WireFormat
 from gateway.wire.sse import EventStreamResponse, sse
-from policies.tenants import Principal
 from routers.session import SessionHint
 
 
@@ -38,46 +36,20 @@ async def serve(request: Request, call: TenantCall, wire: WireFormat[Body]) -> R
     caller = Caller(call.principal, core.config, request.headers, core.parts.responses)
     exchange = await wire.prepare(wire.parse(raw), caller)
     lap("parse")
-    run = await core.start(ask_for(request, call.principal, exchange.turn))
+    run = await core.start(ask_for(call.principal, exchange.turn, core_headers(request.headers)))
     lap("route")
     exchange.turn.compat.record()
     return await respond(request, run, exchange)
 
 
-@dataclass(frozen=True, slots=True)
-class CoreHeaders:
-    """What the core honours from a request's headers (``core_headers``)."""
-
-    cache_control: str | None  # ``Cache-Control``: no-cache, no-store
-    forced_tier: str | None  # ``x-tiergate-tier`` (where the tenant allows it)
-    session: SessionHint | None  # ``x-session-id``: before anything the body says
-
-
-def core_headers(headers: Mapping[str, str]) -> CoreHeaders:
+def core_headers(headers: Mapping[str, str]) -> Options:
     """The one place the request headers the core honours are read, for every endpoint
     that hands the core a request (generation, ``/v1/route``, ``count_tokens``)."""
     session = headers.get("x-session-id")
-    return CoreHeaders(
-        headers.get("cache-control"),
-        headers.get("x-tiergate-tier"),
-        SessionHint("header", session) if session else None,
-    )
-
-
-def ask_for(request: Request, principal: Principal, turn: Turn) -> Ask:
-    """A generation request as every wire format hands it to the core, with the
-    headers the core honours (``core_headers``)."""
-    asked = core_headers(request.headers)
-    return Ask(
-        principal,
-        turn.model,
-        turn.generation,
-        stream=turn.stream,
-        include_usage=turn.include_usage,
-        cache_control=asked.cache_control,
-        forced_tier=asked.forced_tier,
-        metadata=turn.metadata,
-        session=asked.session or turn.session,
+    return Options(
+        cache_control=headers.get("cache-control"),
+        forced_tier=headers.get("x-tiergate-tier"),
+        session=SessionHint("header", session) if session else None,
     )
 
 

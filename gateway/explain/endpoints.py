@@ -17,13 +17,14 @@ from starlette.responses import Response
 
 from gateway.chat import protocol as chat_wire
 from gateway.completions import protocol as completions_wire
+from gateway.core.entrance import ask_for, tier_only
 from gateway.edge.deps import TenantDep
 from gateway.edge.family import Family
 from gateway.edge.http import GatewayEndpoint, read_body
 from gateway.edge.openapi import errors, request_body
 from gateway.edge.respond import core_headers
 from gateway.errors import InvalidRequest
-from gateway.types import Ask, RoutedRequest
+from gateway.types import RoutedRequest
 from gateway.wire.common import load_json, parse_body
 from policies.schema import GatewayConfig
 from routers.objective import TierChoice
@@ -58,16 +59,8 @@ async def explain_route(request: Request, call: TenantDep) -> Response:
         build = completions_wire.to_generation(parsed)
     else:
         raise InvalidRequest("give 'messages' (chat) or 'prompt' (completions)", param="messages")
-    asked = core_headers(request.headers)
-    ask = Ask(
-        call.principal,
-        data["model"],
-        build,
-        stream=False,
-        include_usage=False,
-        forced_tier=asked.forced_tier,
-        session=asked.session or parsed.session(),
-    )
+    turn = tier_only(data["model"], build, parsed.session())
+    ask = ask_for(call.principal, turn, core_headers(request.headers))
     # An explanation is not traffic: no cache lookup, and it stays out of target_share.
     routed = await core.route(ask)
     tier = config.tiers[routed.tier]

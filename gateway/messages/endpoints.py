@@ -16,6 +16,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.core.entrance import Options, ask_for, tier_only
 from gateway.edge.deps import TenantDep
 from gateway.edge.family import Family
 from gateway.edge.http import TracedEndpoint, read_body
@@ -25,7 +26,6 @@ from gateway.messages.protocol import CountTokensRequest, MessagesRequest
 from gateway.messages.render import MESSAGES, beta_hints
 from gateway.messages.translate import to_generation
 from gateway.money.spend import prompt_upper_tokens
-from gateway.types import Ask
 from gateway.wire.common import parse_body
 
 PATH = "/v1/messages"  # served in the MESSAGES format (``FAMILY.formats``)
@@ -51,14 +51,8 @@ async def count_tokens(request: Request, call: TenantDep) -> Response:
     raw = await read_body(request, config.server.max_body_bytes, config.server.header_timeout_s)
     body = parse_body(CountTokensRequest, raw).as_request()
     turn = to_generation(body, principal.policy.compat)
-    ask = Ask(
-        principal,
-        body.model,
-        turn.generation,
-        stream=False,
-        include_usage=False,
-        forced_tier=core_headers(request.headers).forced_tier,
-    )
+    forced = Options(forced_tier=core_headers(request.headers).forced_tier)
+    ask = ask_for(principal, tier_only(body.model, turn.generation), forced)
     routed = await core.route(ask)  # no cache lookup; not traffic
     tokens = prompt_upper_tokens(config, turn.generation, routed.tier)
     hints = turn.compat.merged(beta_hints(request.headers)).headers()

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import ast
 
-from gateway.edge.respond import CoreHeaders, core_headers
+from gateway.core.entrance import Options
+from gateway.edge.respond import core_headers
 from routers.session import SessionHint
 from tests.support import REPO
 
@@ -30,5 +31,6 @@ def test_the_honoured_headers_are_read_in_one_function() -> None:
 
 def test_core_headers_reads_each_once() -> None:
     headers = {"cache-control": "no-store", "x-tiergate-tier": "large", "x-session-id": "s-1"}
-    assert core_headers(headers) == CoreHeaders("no-store", "large", SessionHint("header", "s-1"))
-    assert core_headers({"x-session-id": ""}) == CoreHeaders(None, None, None)
+    session = SessionHint("header", "s-1")
+    assert core_headers(headers) == Options("no-store", "large", session)
+    assert core_headers({"x-session-id": ""}) == Options()
