@@ -3,8 +3,9 @@
 A line runs as its batch's tenant and key, at ``batch`` priority (the pools give it the
 slots interactive requests leave free; it pays the model's batch price), through the
 same wire format as the endpoint (``parse``, ``prepare``, the core's ``Run``, ``whole``;
-the format its family declares for the path, ``gateway.edge.family.Family.formats``):
-its body is exactly what the endpoint would have answered, and routing (``auto`` and
+the format its family declares for the path, ``gateway.edge.family.Family.formats``),
+asked through the core's one entrance (``gateway.core.entrance.ask_for``) as the HTTP
+edge asks: its body is exactly what the endpoint would have answered, and routing (``auto`` and
 tiers), both caches, rules, budgets, the ledger, metrics and traces are the core's.
 
 The line's request id is a digest of (tenant, batch, line) in the format's own shape, the
