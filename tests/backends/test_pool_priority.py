@@ -14,6 +14,7 @@ from backends.base import Chunk, GenerationRequest, Priority, SamplingParams
 from backends.errors import EngineOverloaded
 from backends.fake import FakeEngine
 from backends.pool import EnginePool, PoolSettings, Replica
+from tests.backends.gated_engine import GatedEngine, let_all_go, until
 
 TOKENS = 8
 
@@ -53,6 +54,17 @@ async def served(
     return first, chunks
 
 
+def gated_pool(slots: int, **settings: object) -> tuple[GatedEngine, EnginePool]:
+    """A pool whose engine answers only as the test lets them go."""
+    gated = GatedEngine(name="fake-0", model="fake", tokens=TOKENS, max_running=slots)
+    pool = EnginePool(
+        "small",
+        [Replica(gated, max_inflight=slots)],
+        PoolSettings(**settings),  # type: ignore[arg-type]
+    )
+    return gated, pool
+
+
 def engine(pool: EnginePool) -> FakeEngine:
     fake = pool.replicas[0].engine
     assert isinstance(fake, FakeEngine)
@@ -67,37 +79,48 @@ def assert_idle(pool: EnginePool) -> None:
 
 
 async def test_an_interactive_request_preempts_a_running_batch_line() -> None:
-    """Every slot holds a long batch line: an interactive arrival starts at once, the
-    youngest line is cancelled and runs again, and its answer is the unpreempted one."""
-    pool = pool_of(slots=2, token_delay_s=0.05, batch_share=1.0, preempt_after_s=0.0)
-    alone = await served(pool, "line-1", "batch")
+    """Every slot holds a batch line mid-answer: an interactive arrival starts while both
+    are still held, the youngest line is cancelled and runs again, and its answer is the
+    unpreempted one."""
+    gated, pool = gated_pool(slots=2, batch_share=1.0, preempt_after_s=0.0)
+    alone = asyncio.create_task(served(pool, "line-1", "batch"))
+    await until(lambda: len(gated.held), 1)
+    gated.let_go()
+    _, alone_chunks = await alone
     lines = [asyncio.create_task(served(pool, f"line-{i}", "batch")) for i in range(2)]
-    await asyncio.sleep(0.05)
-    assert pool.replicas[0].batch_inflight == 2
-    first, _ = await served(pool, "chat")
-    assert first < 0.2, first  # its own first token (50 ms), not after a line's 400 ms
+    await until(lambda: pool.replicas[0].batch_inflight, 2)
+    order: list[str] = []
+    chat = asyncio.create_task(served(pool, "chat", order=order))
+    await until(lambda: (order, len(gated.held), pool.batch_waiting), (["chat"], 2, 1))
     assert pool.counters.preempted == 1
-    answers = await asyncio.gather(*lines)
-    assert answers[1][1] == alone[1]  # the preempted line ran again, whole
-    assert engine(pool).counters.aborted == 1
+    answers = await let_all_go(gated, *lines, chat)
+    assert answers[1][1] == alone_chunks  # the preempted line ran again, whole
+    assert gated.counters.aborted == 1
     assert_idle(pool)
 
 
 async def test_an_interactive_request_preempts_only_after_preempt_after_s() -> None:
-    """A slot that frees up on its own within ``preempt_after_s`` costs no batch line."""
-    pool = pool_of(slots=2, token_delay_s=0.05, batch_share=1.0, preempt_after_s=0.2)
+    """A slot that frees up within ``preempt_after_s`` costs no batch line; with none
+    freeing, the waiting request preempts one, and not before ``preempt_after_s``."""
+    gated, pool = gated_pool(slots=2, batch_share=1.0, preempt_after_s=60.0)
     lines = [asyncio.create_task(served(pool, f"line-{i}", "batch")) for i in range(2)]
-    await asyncio.sleep(0.3)  # the lines end at 400 ms: within 200 ms of the next arrival
-    first, _ = await served(pool, "chat")
-    assert 0.1 < first < 0.2 + 0.05, first
+    await until(lambda: len(gated.held), 2)
+    order: list[str] = []
+    chat = asyncio.create_task(served(pool, "chat", order=order))
+    await until(lambda: pool.waiting, 1)
+    gated.let_go()  # a line ends long before the 60 s are up: its slot is the chat's
+    await until(lambda: order, ["chat"])
     assert pool.counters.preempted == 0
-    await asyncio.gather(*lines)
+    await let_all_go(gated, *lines, chat)
+    assert_idle(pool)
+
+    gated, pool = gated_pool(slots=2, batch_share=1.0, preempt_after_s=0.2)
     lines = [asyncio.create_task(served(pool, f"line-{i}", "batch")) for i in range(2)]
-    await asyncio.sleep(0.01)  # now they end 390 ms later: it preempts at 200 ms
-    first, _ = await served(pool, "chat")
-    assert 0.2 < first < 0.39 + 0.05, first
-    assert pool.counters.preempted == 1
-    await asyncio.gather(*lines)
+    await until(lambda: len(gated.held), 2)
+    chat = asyncio.create_task(served(pool, "chat"))
+    await until(lambda: pool.counters.preempted, 1)  # no line ends: it preempts one
+    (first, _), *_ = await let_all_go(gated, chat, *lines)
+    assert first >= 0.2, first
     assert_idle(pool)
 
 
@@ -127,23 +150,23 @@ async def test_a_waiting_interactive_request_goes_before_earlier_batch_lines() -
 
 
 async def test_batch_lines_stay_under_their_share_and_use_what_is_idle() -> None:
-    pool = pool_of(slots=8, token_delay_s=0.005, batch_share=0.5)  # 4 batch slots
-    peak = 0
+    """40 lines on 8 slots at a share of one half: 4 run, and each line that ends hands
+    its slot to the next at once (answers end one at a time, each once the last freed
+    slot is taken), never a fifth."""
+    gated, pool = gated_pool(slots=8, batch_share=0.5)
 
-    async def watch() -> None:
-        nonlocal peak
-        while True:
-            peak = max(peak, engine(pool).counters.active)
-            await asyncio.sleep(0.002)
+    def running_and_waiting() -> tuple[int, int]:
+        return len(gated.held), pool.batch_waiting
 
-    watcher = asyncio.create_task(watch())
-    started = time.monotonic()
-    await asyncio.gather(*(served(pool, f"line-{i}", "batch") for i in range(40)))
-    elapsed = time.monotonic() - started
-    watcher.cancel()
-    assert peak == 4
-    # 40 lines of 40 ms, 4 at a time: 10 rounds, with no slot left idle for long.
-    assert elapsed < 10 * 0.04 * 2.5, elapsed
+    lines = [asyncio.create_task(served(pool, f"line-{i}", "batch")) for i in range(40)]
+    await until(running_and_waiting, (4, 36))
+    for left in range(35, -1, -1):
+        gated.let_go()
+        await until(running_and_waiting, (4, left))
+    while gated.held:
+        gated.let_go()
+    await asyncio.gather(*lines)
+    assert gated.peak == 4 and gated.counters.finished == 40
     assert_idle(pool)
 
 
@@ -175,14 +198,17 @@ async def test_cancelled_batch_lines_leave_nothing_behind() -> None:
 
 
 async def test_a_batch_line_waits_at_most_wait_timeout_in_all() -> None:
-    pool = pool_of(slots=1, token_delay_s=0.05, wait_timeout_s=0.1, preempt_after_s=None)
-    busy = asyncio.create_task(served(pool, "chat"))  # 400 ms
-    await asyncio.sleep(0.01)
+    """A line that finds the slot held gives up after ``wait_timeout_s``, while the slot
+    is still held (it is never served late), and not before."""
+    gated, pool = gated_pool(slots=1, wait_timeout_s=0.1, preempt_after_s=None)
+    busy = asyncio.create_task(served(pool, "chat"))
+    await until(lambda: len(gated.held), 1)
     started = time.monotonic()
     with pytest.raises(EngineOverloaded):
         await served(pool, "line", "batch")
-    assert time.monotonic() - started < 0.35  # not served after the 400 ms request
-    await busy
+    assert time.monotonic() - started >= 0.1
+    assert len(gated.held) == 1  # the chat still holds the slot
+    await let_all_go(gated, busy)
     assert_idle(pool)
 
 

@@ -11,6 +11,7 @@ import uuid
 from backends.base import GenerationRequest, SamplingParams
 from backends.fake import FakeEngine
 from backends.pool import EnginePool, Replica
+from tests.backends.gated_engine import GatedEngine, until
 
 
 def pool_of(slots: int, token_delay_s: float) -> EnginePool:
@@ -61,9 +62,20 @@ async def test_a_late_arrival_does_not_jump_the_queue() -> None:
 
 
 async def test_no_slot_sits_idle_while_requests_wait() -> None:
-    pool = pool_of(slots=3, token_delay_s=0.02)  # one request: 4 tokens x 20 ms
-    started = time.monotonic()
-    await asyncio.gather(*(served(pool, f"r{i}", []) for i in range(12)))
-    elapsed = time.monotonic() - started
-    assert elapsed < 4 * 0.08 * 1.6, elapsed  # 12 requests / 3 slots = 4 rounds of 80 ms
-    assert pool.waiting == 0
+    """Answers end one at a time, each only once the slot the last one freed is taken: a
+    freed slot goes to a waiting request with nothing else freeing one (no lost wake-up)."""
+    engine = GatedEngine(name="fake-0", model="fake", tokens=4)
+    pool = EnginePool("small", [Replica(engine, max_inflight=3)])
+
+    def running_and_waiting() -> tuple[int, int]:
+        return len(engine.held), pool.waiting
+
+    requests = [asyncio.create_task(served(pool, f"r{i}", [])) for i in range(12)]
+    await until(running_and_waiting, (3, 9))
+    for left in range(8, -1, -1):
+        engine.let_go()
+        await until(running_and_waiting, (3, left))
+    while engine.held:
+        engine.let_go()
+    await asyncio.gather(*requests)
+    assert engine.peak == 3 and engine.counters.finished == 12
