@@ -7,10 +7,11 @@ Choosing a replica (after llm-d's scorers): among healthy replicas with room, ea
   kv     = 1 - KV-cache usage,
   prefix = the share of the prompt's blocks this replica is known to hold.
 Ties go to the fewest in flight, then round-robin. When every replica is full, a request
-waits in a bounded first-come-first-served queue (an arrival never takes a freed slot
-from a request already waiting); a full queue or a timed-out wait is ``EngineOverloaded``
-(OpenAI 503 with Retry-After). Overload or death before the first chunk moves the
-request to another replica; a dead replica is rebuilt in the background.
+waits in a bounded first-come-first-served queue (neither an arrival nor a waiter run
+early by its own timer takes a freed slot from a request waiting longer); a full queue
+or a timed-out wait is ``EngineOverloaded`` (OpenAI 503 with Retry-After). Overload or
+death before the first chunk moves the request to another replica; a dead replica is
+rebuilt in the background.
 
 Two priority classes. A ``batch`` request (a batch line) waits in its own queue and takes
 a slot only while no interactive request waits and its replica runs fewer than
@@ -77,6 +78,14 @@ class _Waiter:
     """One queued request; ``wake`` is replaced each time it goes back to sleep."""
 
     wake: asyncio.Future[None]
+    model: str | None  # the replicas it can use: this model's (None: any)...
+    exclude: set[Replica]  # ...but these
+
+    def could_use(self, replicas: Iterable[Replica]) -> bool:
+        return any(
+            r not in self.exclude and (self.model is None or r.engine.model == self.model)
+            for r in replicas
+        )
 
 
 class _Preempted(Exception):
@@ -207,7 +216,10 @@ class EnginePool:
                 if not candidates:
                     raise EngineUnavailable(f"tier {self.tier!r} has no healthy replica")
                 free = [r for r in candidates if self._room(r, batch)]
-                turn = waiter is not None or not queue
+                if waiter is None:
+                    turn = not queue
+                else:  # (with no slot free, no need to look down the queue)
+                    turn = bool(free) and _first_in_line(queue, waiter, free)
                 if free and turn and not (batch and self._queue):
                     chosen, matched = self._pick(free, keys, held)
                     chosen.inflight += 1
@@ -226,7 +238,7 @@ class EnginePool:
                             f"tier {self.tier!r} is full ({self.waiting} waiting)",
                             s.retry_after_s,
                         )
-                    waiter = _Waiter(loop.create_future())
+                    waiter = _Waiter(loop.create_future(), model, exclude)
                     queue.append(waiter)
                     self._count_waiting()
                     self.counters.queued += 1
@@ -234,8 +246,11 @@ class EnginePool:
                         deadline = loop.time() + s.wait_timeout_s
                         if s.preempt_after_s is not None:
                             preempt_at = loop.time() + s.preempt_after_s
-                elif waiter.wake.done():
-                    waiter.wake = loop.create_future()
+                else:
+                    if free and not turn:  # an older waiter's slot: it may not know (a
+                        self._wake()  # replica back from the dead wakes no one)
+                    if waiter.wake.done():
+                        waiter.wake = loop.create_future()
                 until = deadline
                 if preempt_at is not None:
                     if loop.time() >= preempt_at:
@@ -363,6 +378,18 @@ class EnginePool:
                 self._release(replica, batch)
         for chunk in whole:
             yield chunk
+
+
+def _first_in_line(queue: deque[_Waiter], waiter: _Waiter, free: list[Replica]) -> bool:
+    """No waiter queued before ``waiter`` could take one of ``free``. A freed slot wakes
+    every waiter oldest first, but a waiter's own timer (its preempt time) can run it
+    ahead of them in the same step: the slot is still theirs."""
+    for older in queue:
+        if older is waiter:
+            return True
+        if older.could_use(free):
+            return False
+    return True
 
 
 async def _gather(stream: AsyncIterator[Chunk]) -> list[Chunk]:

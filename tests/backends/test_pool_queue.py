@@ -10,8 +10,8 @@ import uuid
 
 from backends.base import GenerationRequest, SamplingParams
 from backends.fake import FakeEngine
-from backends.pool import EnginePool, Replica
-from tests.backends.gated_engine import GatedEngine, until
+from backends.pool import EnginePool, PoolSettings, Replica
+from tests.backends.gated_engine import GatedEngine, let_all_go, until
 
 
 def pool_of(slots: int, token_delay_s: float) -> EnginePool:
@@ -79,3 +79,26 @@ async def test_no_slot_sits_idle_while_requests_wait() -> None:
         engine.let_go()
     await asyncio.gather(*requests)
     assert engine.peak == 3 and engine.counters.finished == 12
+
+
+async def test_a_younger_waiter_woken_by_its_own_timer_as_a_slot_frees_waits_its_turn() -> None:
+    """On a stalled host a younger waiter's preempt timer can run it in the same loop step
+    as the freed slot wakes the older one, and ahead of it: the slot is still the older's."""
+    engine = GatedEngine(name="fake-0", model="fake", tokens=4)
+    pool = EnginePool(
+        "small", [Replica(engine, max_inflight=1)], PoolSettings(preempt_after_s=0.05)
+    )
+    order: list[str] = []
+    first = asyncio.create_task(served(pool, "r0", order))
+    await until(lambda: order, ["r0"])
+    older = asyncio.create_task(served(pool, "r1", order))
+    await until(lambda: pool.waiting, 1)
+    await asyncio.sleep(0.06)  # the older waiter's preempt timer has run it (nothing to preempt)
+    younger = asyncio.create_task(served(pool, "r2", order))
+    await until(lambda: pool.waiting, 2)
+    time.sleep(0.06)  # noqa: ASYNC251 - the host stalls: the younger one's timer is due...
+    await asyncio.sleep(0)  # ...and runs it in the next step, the one that frees r0's slot
+    engine.let_go()
+    await let_all_go(engine, first, older, younger)
+    assert order == ["r0", "r1", "r2"]
+    assert pool.waiting == 0
