@@ -162,7 +162,8 @@ class GatewayProcess:
     ``workdir/<name>.log``. ``base_url`` is the server, ``api_url`` its ``/v1``.
 
     ``env``: the child's whole environment (default ``subprocess_env()``); ``prefix``:
-    argv before Python (``taskset -c 1``); ``ready_path``: what ``start`` polls until 200.
+    argv before Python (``taskset -c 1``); ``module``: what ``python -m`` runs (one that
+    wraps ``gateway``'s CLI); ``ready_path``: what ``start`` polls until 200.
     """
 
     def __init__(
@@ -174,6 +175,7 @@ class GatewayProcess:
         env: Mapping[str, str] | None = None,
         port: int | None = None,
         prefix: Sequence[str] = (),
+        module: str = "gateway",
         ready_path: str = "/readyz",
         ready_headers: Mapping[str, str] | None = None,
     ) -> None:
@@ -184,7 +186,7 @@ class GatewayProcess:
         workdir.mkdir(parents=True, exist_ok=True)
         self.log_path = workdir / f"{name}.log"
         self.env = dict(subprocess_env() if env is None else env)
-        self.argv = [*prefix, sys.executable, "-m", "gateway", "serve"]
+        self.argv = [*prefix, sys.executable, "-m", module, "serve"]
         self.argv += ["--host", "127.0.0.1", "--port", str(self.port)]
         self.config_path: Path | None = None
         if config is not None:

@@ -18,8 +18,18 @@ refit) against the shipped base policy's. Asserted: over the refit the objective
 this traffic and over the base it is not (the base, trained elsewhere, overrates the
 cheaper tiers here), the refit's per-tier predictions are calibrated here, and at equal
 cost the refitted policy gives up nothing against the base model at any λ beyond MARGIN.
-What it measures each run (the gain at equal cost: -0.002 to +0.017, within the noise of
-320 rows, so the test does not claim one) is in docs/classifier.md.
+What it measures (the gain at equal cost is within the noise of 320 rows, so the test
+does not claim one) is in docs/classifier.md.
+
+Every run labels the same pairs and measures the same policy, however busy the host: a
+request's id is a digest of its prompt (``tiergate_testing.prompt_ids``), and the shadow
+tier is picked by the id; until the whole replay is pooled, requests are routed by the
+reference traffic's λ, so which tier serves a replayed row does not depend on when a
+replica's counts were pooled; phase A is replayed in two parts, the second exactly the
+refit's hold-out share, so the time split falls between them and not among labels whose
+order a race decides (phase B before C is the same split for the second refit); phase B
+starts once both replicas serve the first refit; and the measuring pass starts once both
+replicas' counts are pooled, so it routes by one λ, the whole replay's.
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ import numpy as np
 import pytest
 
 from gateway.routing.objective import cost_matrix
+from policies.feedback_spec import RefitSpec
 from policies.schema import ClassifierConfig, GatewayConfig
 from policies.stores.feedback_redis import RedisFeedbackStore
 from policies.stores.store_redis import RedisStore
@@ -63,6 +74,7 @@ OBJECTIVE = {"quality": 0.95}  # as config/gateway.yaml ships
 CLEAN_A, FLIPPED_B, CLEAN_C = 400, 300, 100
 REPLAYED = CLEAN_A + FLIPPED_B + CLEAN_C
 PER_PAIR = 2  # the judge labels both answers of a pair
+TRAIN_A = CLEAN_A - round(CLEAN_A * RefitSpec().holdout)  # rows the first refit fits on
 MARGIN = 0.01  # accuracy the refitted policy may give up against the base at equal cost
 SAMPLING = 0.02  # about one standard error of an accuracy on the 320 rows not replayed
 CALIBRATED = 0.15  # the most a tier's mean P(acceptable) may miss its accuracy by, refitted
@@ -108,7 +120,9 @@ def replica_config(root: str, labels: Path) -> dict[str, Any]:
     raw["routing"] = {
         "classifier": {"max_wait_ms": 1},
         "objective": {**OBJECTIVE, "answer_tokens": ANSWER_TOKENS},
-        "target": {"min_samples": 200, "sync_s": 0.2},
+        # λ: the reference traffic's until every replayed request is pooled (a request
+        # joins the pool after it is routed, so none of them is routed by a pooled λ)
+        "target": {"min_samples": REPLAYED, "sync_s": 0.2},
         "feedback": {
             "sample": 1.0,
             "judge": {"labels": str(labels)},
@@ -126,7 +140,10 @@ def two_replicas(tmp: Path, raw: dict[str, Any]) -> Iterator[list[str]]:
     env = subprocess_env(
         TIERGATE_TEST_KEY=TEST_KEY, TIERGATE_ADMIN_KEY=ADMIN_KEY, TIERGATE_LOG_LEVEL="warning"
     )
-    replicas = [GatewayProcess(raw, tmp, name=f"replica-{i}", env=env) for i in range(2)]
+    replicas = [
+        GatewayProcess(raw, tmp, name=f"replica-{i}", env=env, module="tiergate_testing.prompt_ids")
+        for i in range(2)
+    ]
     try:
         for replica in replicas:
             replica.spawn()
@@ -160,14 +177,28 @@ def replay(urls: list[str], prompts: list[str]) -> None:
     asyncio.run(_post_all(urls, "/v1/chat/completions", prompts))
 
 
-def routed(url: str, prompts: list[str], model: str) -> list[int]:
+def routed(url: str, prompts: list[str], model: str) -> tuple[list[int], float]:
     """The tier each prompt gets from the policy a replica routes by now (``/v1/route``),
-    checking that ``model`` ("base" or "refit") gave the per-tier predictions."""
+    and the one λ it routed them by, checking that ``model`` ("base" or "refit") gave the
+    per-tier predictions."""
     answers = asyncio.run(_post_all([url], "/v1/route", prompts))
     for answer in answers:
         assert answer["quality_model"]["model"] == model, answer
         assert answer["objective"] is not None, answer
-    return [TIERS.index(a["tier"]) for a in answers]
+    lambdas = {a["objective"]["lambda"] for a in answers}
+    assert len(lambdas) == 1, lambdas
+    return [TIERS.index(a["tier"]) for a in answers], lambdas.pop()
+
+
+def pooled(url: str) -> dict[str, Any]:
+    """``routing.objective`` on a replica once it has pooled its own newest counts (the
+    dashboard's overview syncs them): λ and the requests it comes from."""
+    got = httpx.get(
+        f"{url}/admin/api/overview", headers={"authorization": f"Bearer {ADMIN_KEY}"}, timeout=30
+    )
+    assert got.status_code == 200, got.text
+    objective: dict[str, Any] = got.json()["objective"]
+    return objective
 
 
 def overview(url: str) -> dict[str, Any]:
@@ -232,12 +263,19 @@ def test_refit_from_replayed_traffic_meets_the_objective_and_a_bad_one_rolls_bac
     started = time.monotonic()
     with two_replicas(tmp_path, raw) as urls:
         a, b = urls
-        before = routed(b, texts, "base")  # the shipped base policy, before any traffic
-        replay(urls, prompts[:CLEAN_A])
+        before, _ = routed(b, texts, "base")  # the shipped base policy, before any traffic
+        replay(urls, prompts[:TRAIN_A])
+        wait_until(a, "phase A's first labels", lambda o: labels_ever(o) == TRAIN_A * PER_PAIR)
+        replay(urls, prompts[TRAIN_A:CLEAN_A])  # the newest labels: the refit's hold-out
         wait_until(a, "phase A labels", lambda o: labels_ever(o) == CLEAN_A * PER_PAIR)
         first = wait_until(a, "the first refit", lambda o: len(o["refits"]) == 1)["refits"][0]
         assert first["decision"] == "accepted", first
-        assert first["trained"] + first["held_out"] == CLEAN_A * PER_PAIR
+        assert (first["trained"], first["held_out"]) == (
+            TRAIN_A * PER_PAIR,
+            (CLEAN_A - TRAIN_A) * PER_PAIR,
+        )
+        for url in urls:
+            wait_until(url, "serving", lambda o: o["serving_version"] == 1)
         replay(urls, prompts[CLEAN_A : CLEAN_A + FLIPPED_B])
         flipped_seen = (CLEAN_A + FLIPPED_B) * PER_PAIR
         wait_until(a, "phase B labels", lambda o: labels_ever(o) == flipped_seen)
@@ -247,7 +285,12 @@ def test_refit_from_replayed_traffic_meets_the_objective_and_a_bad_one_rolls_bac
             wait_until(url, "serving", lambda o: o["serving_version"] == 1)
         both = counted(urls)
         version, model = serving_model(root=raw["redis_prefix"])
-        after = routed(b, texts, "refit")  # what routing reads now: the objective over the refit
+        pooled(a)  # a's newest counts join the pool: b's λ is then the whole replay's
+        objective = pooled(b)
+        assert objective["samples"] == REPLAYED, objective
+        # what routing reads now: the objective over the refit, by the whole replay's λ
+        after, lam = routed(b, texts, "refit")
+        assert lam == objective["lambda"], (lam, objective)
         replay_s = time.monotonic() - started
     assert second["decision"] == "rolled_back", second  # trained on the flipped labels
     assert second["metrics"]["loss_refit"] > second["metrics"]["loss_serving"]
