@@ -110,8 +110,8 @@ def test_a_long_text_is_cut_to_its_head_without_changing_its_tokens(onnx: OnnxEm
     big = head * 1000  # ~2.7 MB
     cut = leading_words(big, onnx.max_tokens)
     assert len(cut) < 20_000
-    started = time.perf_counter()
+    started = time.process_time()  # CPU seconds, every thread's: what a busy host cannot stretch
     vectors = onnx.embed_sync([big, cut])
-    took = time.perf_counter() - started
+    took = time.process_time() - started
     assert np.allclose(vectors[0], vectors[1], atol=1e-6)
-    assert took < 2.0, took  # whole, the 2.7 MB tokenise alone took ~15 s on this box
+    assert took < 2.0, took  # whole, the 2.7 MB tokenise alone took ~15 s of CPU on this box
