@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from backends.base import Usage
 from gateway.errors import ApiError, InsufficientQuota, RateLimited, ServiceUnavailable
+from gateway.money.heartbeat import Heartbeat, keep_alive
 from gateway.money.spend import WorstCase, admission_worst, escalation_worst, run_cap
 from gateway.telemetry.timing import timed
 from policies.schema import GatewayConfig
@@ -180,7 +181,8 @@ class Hold:
         request's ``Outcome``). Nothing is held after a refusal."""
         ticket = await admit_worst(self.money, self.call, self.worst, self.rate_tokens)
         self.ticket = ticket
-        self._heartbeat = keep_alive(self.money.budgets, self.config, ticket)
+        reservation = ticket.held.reservation
+        self._heartbeat = keep_alive(self.money.budgets, self.config, reservation)
         return ticket
 
     @property
@@ -375,43 +377,3 @@ async def _settle_logged(
                 await record_denied(money.ledger, routed, outcome)
     except Exception:  # any failure: log it; it must never turn an answer into a 500
         log.exception("settling %s failed", routed.request_id)
-
-
-def keep_alive(budgets: BudgetStore, config: GatewayConfig, ticket: Ticket) -> Heartbeat | None:
-    """While the request runs, push its hold's deadline out every third of the TTL, so
-    only a replica that died (and stopped beating) lets its holds lapse."""
-    reservation = ticket.held.reservation
-    if reservation is None:
-        return None
-    return Heartbeat(budgets, reservation, config.budgets.reservation_ttl_s / 3)
-
-
-class Heartbeat:
-    """A timer on the loop that extends one hold every ``period`` until cancelled: nearly
-    every request ends before its first beat, and a timer set and cancelled costs a
-    fraction of a task started and cancelled."""
-
-    def __init__(self, budgets: BudgetStore, reservation: Reservation, period: float) -> None:
-        self.budgets, self.reservation, self.period = budgets, reservation, period
-        self._loop = asyncio.get_running_loop()
-        self._timer = self._loop.call_later(period, self._beat)
-        self._beating: asyncio.Task[None] | None = None
-
-    def _beat(self) -> None:
-        self._beating = self._loop.create_task(self._extend())
-
-    async def _extend(self) -> None:
-        try:
-            alive = await self.budgets.extend(self.reservation)
-        except StoreUnavailable as exc:  # beat again next period
-            log.warning("could not extend the hold of %s: %s", self.reservation.request_id, exc)
-            alive = True
-        if not alive:
-            log.warning("the hold of %s lapsed while it ran", self.reservation.request_id)
-            return
-        self._timer = self._loop.call_later(self.period, self._beat)
-
-    def cancel(self) -> None:
-        self._timer.cancel()
-        if self._beating is not None:
-            self._beating.cancel()
