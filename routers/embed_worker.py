@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from policies.schema import ClassifierConfig
+from policies.routing_spec import ClassifierConfig
 from routers.batching import EmbeddingFailed, MicroBatcher
 from routers.embedding import EmbedderUnavailable
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from policies.schema import ClassifierConfig
+from policies.routing_spec import ClassifierConfig
 from routers.embedding import EmbedderUnavailable, SentenceTransformerEmbedder, SyncEmbedder
 
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from policies.schema import ClassifierConfig
+from policies.routing_spec import ClassifierConfig
 from routers.classifier import ComplexityClassifier, ComplexityModel
 from routers.embed_cache import CachedEmbedder
 from routers.embed_worker import ProcessEmbedder

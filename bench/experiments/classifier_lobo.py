@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from policies.schema import ClassifierConfig
+from policies.routing_spec import ClassifierConfig
 from routers.embedders import build_embedder
 from routers.embedding import SyncEmbedder
 from routers.training import datasets

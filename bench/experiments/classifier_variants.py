@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from policies.schema import ClassifierConfig
+from policies.routing_spec import ClassifierConfig
 from routers.classifier import HEAD_LARGE, HEAD_MORE, ComplexityModel
 from routers.embedders import build_embedder
 from routers.embedding import SyncEmbedder

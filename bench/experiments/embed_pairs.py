@@ -28,7 +28,8 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
-from policies.schema import DEFAULT_SEMANTIC_THRESHOLD, ClassifierConfig
+from policies.routing_spec import ClassifierConfig
+from policies.schema import DEFAULT_SEMANTIC_THRESHOLD
 from routers.embedders import build_embedder
 from routers.embedding import SyncEmbedder
 from routers.training.semantic_eval import ScoredPair, evaluate, load_pairs, score_pairs

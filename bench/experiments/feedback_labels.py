@@ -28,7 +28,7 @@ import statistics
 import numpy as np
 
 from gateway.learning.sampler import shadow_tier
-from policies.schema import ClassifierConfig
+from policies.routing_spec import ClassifierConfig
 from policies.stores.feedback import Label
 from routers.embedders import build_embedder
 from routers.features import text_features

@@ -19,7 +19,7 @@ import statistics
 
 import numpy as np
 
-from policies.schema import ClassifierConfig
+from policies.routing_spec import ClassifierConfig
 from policies.stores.feedback import Label
 from routers.classifier import ComplexityModel
 from routers.embedders import build_embedder

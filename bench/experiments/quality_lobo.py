@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 
-from policies.schema import ClassifierConfig
+from policies.routing_spec import ClassifierConfig
 from routers.embedders import build_embedder
 from routers.objective import Objective
 from routers.training import datasets

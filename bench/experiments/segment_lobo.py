@@ -21,7 +21,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from policies.schema import ClassifierConfig
+from policies.routing_spec import ClassifierConfig
 from routers.embedders import build_embedder
 from routers.lambda_sketch import lambda_for
 from routers.objective import Objective, choose, route_traffic, sketch_of

@@ -46,12 +46,12 @@ from gateway.cache.keys import fingerprint
 from gateway.cache.record import CachedResponse
 from gateway.cache.service import PromptCache
 from gateway.cache.verify import CandidateVerifier
+from policies.routing_spec import ClassifierConfig
 from policies.schema import (
     DEFAULT_SEMANTIC_THRESHOLD,
     ApiKey,
     CacheConfig,
     CachePolicy,
-    ClassifierConfig,
     TenantSpec,
     VerifyTarget,
 )

@@ -21,7 +21,7 @@ import statistics
 import time
 from pathlib import Path
 
-from policies.schema import ClassifierConfig
+from policies.routing_spec import ClassifierConfig
 from routers.embedding import EmbeddingOnce
 from routers.setup import build_routing
 

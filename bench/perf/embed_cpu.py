@@ -33,7 +33,7 @@ import numpy as np
 
 from bench.harness.loadgen import VOCABULARY
 from bench.perf.classify_latency import PROMPT
-from policies.schema import ClassifierConfig
+from policies.routing_spec import ClassifierConfig
 from routers.cpu import cpu_summary
 from routers.embedding import SyncEmbedder
 from routers.setup import serving_embedder

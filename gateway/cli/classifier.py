@@ -18,7 +18,8 @@ import orjson
 from gateway.routing.traffic_policy import traffic_tiers
 from gateway.settings import load_effective_config
 from policies.loader import ConfigError
-from policies.schema import ClassifierConfig, GatewayConfig
+from policies.routing_spec import ClassifierConfig
+from policies.schema import GatewayConfig
 
 BATCH = 512  # conversations scored at once; the embedder splits them further
 

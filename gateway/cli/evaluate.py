@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from gateway.cli.classifier import config_from, spec_of
-from policies.schema import ClassifierConfig, GatewayConfig
+from policies.routing_spec import ClassifierConfig
+from policies.schema import GatewayConfig
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

@@ -18,7 +18,8 @@ from pathlib import Path
 from gateway.learning.refitter import refit_once
 from gateway.settings import load_effective_config
 from policies.loader import ConfigError
-from policies.schema import ClassifierConfig, GatewayConfig
+from policies.routing_spec import ClassifierConfig
+from policies.schema import GatewayConfig
 from policies.stores.factories import open_feedback_store, open_store
 from policies.stores.store import StoreUnavailable
 from routers.quality import QualityFormatError

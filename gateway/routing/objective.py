@@ -18,7 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 from gateway.routing.pooled_counts import PooledCounts
-from policies.schema import GatewayConfig, ObjectiveConfig, RoutingConfig
+from policies.routing_spec import ObjectiveConfig, RoutingConfig
+from policies.schema import GatewayConfig
 from policies.stores.shares import ShareStore
 from routers.lambda_sketch import COST_UNIT, QUALITY_UNIT, cost_count, quality_count
 from routers.objective import (

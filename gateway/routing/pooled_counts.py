@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 
-from policies.schema import TargetShareConfig
+from policies.routing_spec import TargetShareConfig
 from policies.stores.shares import ShareStore
 from policies.stores.store import StoreUnavailable
 

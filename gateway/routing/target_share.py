@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.routing.pooled_counts import PooledCounts
-from policies.schema import RoutingConfig
+from policies.routing_spec import RoutingConfig
 from policies.stores.shares import ShareStore
 from routers.decision import tier_for_score
 from routers.score_sketch import bin_of, thresholds_for

@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from policies.schema import ClassifierConfig
+from policies.routing_spec import ClassifierConfig
 from routers.batching import EmbeddingFailed
 from routers.embed_cache import CachedEmbedder
 from routers.embed_worker import ProcessEmbedder

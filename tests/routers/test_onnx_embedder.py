@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from policies.schema import ClassifierConfig
+from policies.routing_spec import ClassifierConfig
 from routers.embedders import build_embedder
 from routers.embedding import (
     SHORT_CHARS,

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from policies.schema import ClassifierConfig
+from policies.routing_spec import ClassifierConfig
 from routers.classifier import ComplexityModel
 from routers.embedders import build_embedder, shipped_model
 from routers.embedding import EmbedderUnavailable, leading_words

@@ -50,7 +50,8 @@ import pytest
 
 from gateway.routing.objective import cost_matrix
 from policies.feedback_spec import RefitSpec
-from policies.schema import ClassifierConfig, GatewayConfig
+from policies.routing_spec import ClassifierConfig
+from policies.schema import GatewayConfig
 from policies.stores.feedback_redis import RedisFeedbackStore
 from policies.stores.store_redis import RedisStore
 from routers.embedders import build_embedder

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from gateway.routing.target_share import TargetShares
-from policies.schema import GatewayConfig, RoutingConfig
+from policies.routing_spec import RoutingConfig
+from policies.schema import GatewayConfig
 from policies.stores.shares import MemoryShareStore, RedisShareStore, ShareStore
 from routers.decision import tier_for_score
 from routers.score_sketch import bin_of, quantile, thresholds_for
