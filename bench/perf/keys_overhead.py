@@ -26,7 +26,8 @@ from pathlib import Path
 import httpx
 
 from bench.harness import targets
-from bench.perf.overhead import Bench, Phase
+from bench.perf.overhead import Bench
+from bench.perf.phases import Phase
 
 ADMIN_KEY = "tg-bench-admin-6d0f2a8c4b1e4f7a9c3d5e7f"
 PHASES = (

@@ -29,7 +29,8 @@ from typing import Any
 import yaml
 
 from bench.harness import targets
-from bench.perf.overhead import EMBED_WORKER, MESSAGES
+from bench.perf.overhead import EMBED_WORKER
+from bench.perf.phases import MESSAGES
 
 STAGES = ("gateway main", "embedder worker", "redis", "upstream", "load generator")
 

@@ -31,7 +31,8 @@ import yaml
 
 from bench.harness import report, targets
 from bench.harness.targets import Process
-from bench.perf.overhead import Bench, Phase
+from bench.perf.overhead import Bench
+from bench.perf.phases import Phase
 from tiergate_testing.net import free_port
 
 VARIANTS = ("uvicorn+uvloop", "uvicorn+rloop", "granian+uvloop", "granian+rloop")

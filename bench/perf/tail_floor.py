@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import targets
-from bench.perf.overhead import MESSAGES
+from bench.perf.phases import MESSAGES
 from tiergate_testing.net import free_port
 
 
