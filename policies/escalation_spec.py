@@ -21,10 +21,11 @@ from backends.registry import BACKENDS
 from policies.engine_spec import EngineSpec, TierSpec
 from policies.frozen import Frozen
 
-# Provisional: the 10 % quantile of the answer's token log-probabilities below which the
-# cheap answer is re-asked one tier up. Not yet calibrated on fit data of the shipped
-# tiers (that is the live bench's job): operators should set their own from records of
-# their tiers' answers, as ``routing.objective`` is set from the operator's objective.
+# The default when a block sets no threshold: the 10 % quantile of the answer's token
+# log-probabilities below which the cheap answer is re-asked one tier up. It is nobody's
+# calibration: set your own from records of your tiers' answers, as ``config/gateway.yaml``
+# does for the embedded tiers (``python -m bench.live.escalate`` on the live bench's FIT
+# records, docs/routing.md).
 DEFAULT_THRESHOLD = -2.5
 
 

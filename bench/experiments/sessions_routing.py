@@ -65,8 +65,8 @@ def main() -> None:
         shipped = SHIPPED.read_text().replace("    max_wait_ms: 0 ", slow, 1)
         on, off = tmp / "on.yaml", tmp / "off.yaml"
         on.write_text(shipped)
-        sessions_off = "  objective: {quality: 0.95}\n  sessions: null"
-        off.write_text(shipped.replace("  objective: {quality: 0.95}", sessions_off))
+        sessions_off = "\n  default_tier: small\n  sessions: null\n"
+        off.write_text(shipped.replace("\n  default_tier: small\n", sessions_off))
         for name, system in (("agent", SYSTEM), ("short", SHORT_SYSTEM)):
             turns = tmp / f"{name}.jsonl"
             with turns.open("w") as handle:

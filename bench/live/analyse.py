@@ -217,6 +217,14 @@ def main() -> None:
         "prompt_only_at_equal_cost": round(at_cost, 4),
         "hull_at_equal_cost": round(hull_accuracy(always, usd), 4),
     }
+    # Prompt-only auto against the fixed-tier hull along its λ curve, and as shipped.
+    over = [(a - hull_accuracy(always, c), a, c) for a, c, _ in curves["prompt-only auto, every λ"]]
+    best = max(over)
+    shipped_auto = next(r for r in rows if r["policy"] == "auto (prompt-only)")
+    verdict["prompt_only_over_hull_best"] = [round(best[0], 4), round(best[1], 4), best[2]]
+    verdict["prompt_only_over_hull_shipped"] = round(
+        shipped_auto["accuracy"] - hull_accuracy(always, shipped_auto["usd"]), 4
+    )
     cpus = sorted({r.get("cpu", "unknown CPU") for by in recs.values() for r in by.values()})
     mix = {k: kinds.count(k) for k in KINDS}
     results.mkdir(exist_ok=True)
@@ -234,13 +242,14 @@ def main() -> None:
     )
     title = f"{args.set}: {len(ids)} prompts answered by all three tiers ({'; '.join(cpus)})"
     plot(rows, curves, results / f"{args.set}.png", title)
+    signal = f"q{spec.quantile:g}" if spec.signal == "quantile" else spec.signal
     lines = [
         f"# Live bench, {args.set} set",
         "",
         f"{len(ids)} of {len(items)} prompts have records of all three tiers "
         f"(mix: {', '.join(f'{k} {n}' for k, n in mix.items())}); recorded on "
         f"{'; '.join(cpus)}, {args.setup}. Escalation as shipped (the demo tenant's): "
-        f"margin {spec.margin:g}, q{spec.quantile:g} of the cheap answer's token "
+        f"margin {spec.margin:g}, the {signal} of the cheap answer's token "
         f"log-probabilities ≥ {spec.threshold:g} keeps it.",
         "",
         "| policy | accuracy | priced USD | engine CPU-s | small / medium / large | "
@@ -266,6 +275,10 @@ def main() -> None:
         f"of its priced cost; at that cost prompt-only `auto` (best λ) reaches "
         f"{verdict['prompt_only_at_equal_cost']:.3f} and the fixed-tier hull "
         f"{verdict['hull_at_equal_cost']:.3f}.",
+        "",
+        f"Prompt-only `auto` against the fixed-tier hull at its own cost: as shipped "
+        f"{verdict['prompt_only_over_hull_shipped']:+.3f}; along its λ curve at best "
+        f"{best[0]:+.3f} ({best[1]:.3f} at {best[2]:.5f} USD).",
         "",
         f"Where prompt-only `auto` sends each kind, on all {len(items)} prompts of the set "
         "(small / medium / large):",

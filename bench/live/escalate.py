@@ -152,6 +152,7 @@ def calibrate(
     records: Records,
     grades: Grades,
     objective: Mapping[str, float],
+    margins: tuple[float, ...] = MARGINS,
 ) -> tuple[EscalationSpec, float, float, int]:
     """The (signal, margin, threshold) the objective picks on these records, its accuracy
     and cost, and how many settings were tried."""
@@ -160,7 +161,7 @@ def calibrate(
     for signal in SIGNALS:
         reduced = base.model_copy(update=signal)
         for threshold in candidate_thresholds(ids, plans, reduced, records):
-            for margin in MARGINS:
+            for margin in margins:
                 spec = reduced.model_copy(update={"margin": margin, "threshold": threshold})
                 accuracy, usd = totals(replay(ids, plans, spec, records, grades))
                 tried.append((spec, accuracy, usd))
@@ -184,6 +185,13 @@ def main() -> None:
     parser.add_argument("--config", type=Path, default=REPO / "config" / "gateway.yaml")
     parser.add_argument("--objective", default="", help="e.g. quality=0.95 or cost=0.5")
     parser.add_argument("--dir", type=Path, default=HERE, help="records/ and grades/ under it")
+    parser.add_argument(
+        "--margin",
+        type=float,
+        default=None,
+        help="keep this margin (how often the cheap tier "
+        "answers first); calibrate the signal and threshold only",
+    )
     args = parser.parse_args()
     gateway = load_effective_config(args.config)
     if args.objective:
@@ -196,15 +204,22 @@ def main() -> None:
     items = {item["id"]: item for item in load(args.set)}
     recs = records(args.dir / "records", args.set)
     grades = json.loads((args.dir / "grades" / f"{args.set}.json").read_text())
-    ids = [i for i in items if set(TIERS) <= set(recs.get(i, {}))]
+    ids = [i for i in items if set(TIERS) <= set(recs.get(i, {})) & set(grades.get(i, {}))]
     rows = auto_rows([items[i] for i in ids], args.config)
     plans = decisions(rows, {i: items[i]["prompt"] for i in ids}, args.config)
     spec, accuracy, usd, tried = calibrate(
-        ids, plans, spec_of(args.config), recs, grades, objective
+        ids,
+        plans,
+        spec_of(args.config),
+        recs,
+        grades,
+        objective,
+        MARGINS if args.margin is None else (args.margin,),
     )
+    large = totals([single("large", recs[i]["large"], grades[i]["large"]) for i in ids])
     print(
         f"# {len(ids)} FIT prompts, objective {objective}, {tried} settings tried: "
-        f"accuracy {accuracy:.3f}, {usd:.5f} USD"
+        f"accuracy {accuracy:.3f}, {usd:.5f} USD; always-large {large[0]:.3f}, {large[1]:.5f} USD"
     )
     print(
         f"escalation: {{margin: {spec.margin:g}, signal: {spec.signal}, "

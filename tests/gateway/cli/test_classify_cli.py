@@ -168,7 +168,9 @@ def test_probes_under_the_shipped_objective_never_put_expert_below_trivial() -> 
 @pytest.mark.xfail(
     strict=True,
     reason="the small tier is off {quality: 0.95}'s segment of the reference traffic's "
-    "predicted hull (medium-large), so trivial requests go to medium (docs/classifier.md)",
+    "predicted hull (medium-large), so trivial requests go to medium: on the shipped tiers "
+    "SmolLM2-135M finishes 55 % of the live bench's held-out chit-chat, the 0.5B model all "
+    "(docs/classifier.md)",
 )
 def test_trivial_requests_go_to_the_smallest_tier_under_the_shipped_objective() -> None:
     _, trivial = classify_probes()
@@ -176,12 +178,6 @@ def test_trivial_requests_go_to_the_smallest_tier_under_the_shipped_objective() 
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="8 of the 10 reach large; the uniform-continuity proof and the Lean 4 list proof "
-    "are predicted as easy as textbook questions (P(small) 0.76 / 0.77, P(large) 0.89) and "
-    "go to medium (docs/classifier.md, 'What it does not do')",
-)
 def test_expert_requests_reach_the_largest_tier_under_the_shipped_objective() -> None:
     expert, _ = classify_probes()
     assert [o["tier"] for o in expert] == ["large"] * len(EXPERT)

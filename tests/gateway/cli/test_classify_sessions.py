@@ -69,9 +69,7 @@ def test_without_sessions_every_turn_is_routed_alone(tmp_path: Path) -> None:
     config = tmp_path / "off.yaml"
     shipped = (Path(__file__).resolve().parents[3] / "config" / "gateway.yaml").read_text()
     config.write_text(
-        shipped.replace(
-            "  objective: {quality: 0.95}", "  objective: {quality: 0.95}\n  sessions: null"
-        )
+        shipped.replace("\n  default_tier: small\n", "\n  default_tier: small\n  sessions: null\n")
     )
     out = classify(tmp_path, rows(), "--config", str(config))
     assert all(
