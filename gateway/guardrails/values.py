@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import ApiError
-from gateway.guardrails.errors import GuardrailUnavailable, NoLocalTier
+from gateway.guardrails.errors import NoLocalTier
 from gateway.guardrails.policy import policy_for
 from gateway.guardrails.redactor import Redactor
 from gateway.telemetry.metrics import GatewayMetrics
@@ -55,13 +55,7 @@ def guarded(redactor: Redactor, value: Any, where: str, *, remote: bool) -> Any:
     except ApiError:
         raise
     except Exception as exc:  # any detector's failure is the guard's: fail closed or open
-        if not redactor.policy.spec.fail_open:
-            log.warning("guardrail failed on %s (fail closed): %r", where, exc)
-            raise GuardrailUnavailable(
-                f"the guardrail could not check {where}; it was not sent", detail=repr(exc)
-            ) from exc
-        log.warning("guardrail failed on %s, let through (fail_open): %r", where, exc)
-        redactor.counts[("ERROR", "fail_open")] += 1
+        redactor.detector_failed(exc, where, "it was not sent")
         return value
     if redactor.local and remote:
         raise NoLocalTier(
