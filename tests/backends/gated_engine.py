@@ -54,6 +54,24 @@ async def until(probe: Callable[[], object], expected: object) -> None:
         raise AssertionError(f"never {expected!r}: {probe()!r}") from None
 
 
+async def hand_over(
+    gated: GatedEngine, waiting: Callable[[], int], running: int, count: int
+) -> None:
+    """``count`` requests on ``running`` busy slots: answers end one at a time, each only
+    once the slot the last one freed is taken again (``running`` stay busy while any
+    waits), then the rest end."""
+
+    def running_and_waiting() -> tuple[int, int]:
+        return len(gated.held), waiting()
+
+    await until(running_and_waiting, (running, count - running))
+    for left in range(count - running - 1, -1, -1):
+        gated.let_go()
+        await until(running_and_waiting, (running, left))
+    while gated.held:
+        gated.let_go()
+
+
 async def let_all_go(gated: GatedEngine, *tasks: asyncio.Task[T]) -> list[T]:
     """Let every answer go, those that start meanwhile too, until ``tasks`` are done."""
     async with asyncio.timeout(LIVENESS_S):

@@ -14,7 +14,7 @@ from backends.base import Chunk, GenerationRequest, Priority, SamplingParams
 from backends.errors import EngineOverloaded
 from backends.fake import FakeEngine
 from backends.pool import EnginePool, PoolSettings, Replica
-from tests.backends.gated_engine import GatedEngine, let_all_go, until
+from tests.backends.gated_engine import GatedEngine, hand_over, let_all_go, until
 
 TOKENS = 8
 
@@ -155,16 +155,8 @@ async def test_batch_lines_stay_under_their_share_and_use_what_is_idle() -> None
     slot is taken), never a fifth."""
     gated, pool = gated_pool(slots=8, batch_share=0.5)
 
-    def running_and_waiting() -> tuple[int, int]:
-        return len(gated.held), pool.batch_waiting
-
     lines = [asyncio.create_task(served(pool, f"line-{i}", "batch")) for i in range(40)]
-    await until(running_and_waiting, (4, 36))
-    for left in range(35, -1, -1):
-        gated.let_go()
-        await until(running_and_waiting, (4, left))
-    while gated.held:
-        gated.let_go()
+    await hand_over(gated, lambda: pool.batch_waiting, 4, 40)
     await asyncio.gather(*lines)
     assert gated.peak == 4 and gated.counters.finished == 40
     assert_idle(pool)

@@ -11,7 +11,7 @@ import uuid
 from backends.base import GenerationRequest, SamplingParams
 from backends.fake import FakeEngine
 from backends.pool import EnginePool, PoolSettings, Replica
-from tests.backends.gated_engine import GatedEngine, let_all_go, until
+from tests.backends.gated_engine import GatedEngine, hand_over, let_all_go, until
 
 
 def pool_of(slots: int, token_delay_s: float) -> EnginePool:
@@ -67,16 +67,8 @@ async def test_no_slot_sits_idle_while_requests_wait() -> None:
     engine = GatedEngine(name="fake-0", model="fake", tokens=4)
     pool = EnginePool("small", [Replica(engine, max_inflight=3)])
 
-    def running_and_waiting() -> tuple[int, int]:
-        return len(engine.held), pool.waiting
-
     requests = [asyncio.create_task(served(pool, f"r{i}", [])) for i in range(12)]
-    await until(running_and_waiting, (3, 9))
-    for left in range(8, -1, -1):
-        engine.let_go()
-        await until(running_and_waiting, (3, left))
-    while engine.held:
-        engine.let_go()
+    await hand_over(engine, lambda: pool.waiting, 3, 12)
     await asyncio.gather(*requests)
     assert engine.peak == 3 and engine.counters.finished == 12
 
