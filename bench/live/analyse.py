@@ -191,22 +191,20 @@ def main() -> None:
         policy("auto + escalation (shipped)", shipped, kinds),
         policy("oracle (cheapest correct)", fixed(oracle), kinds),
     ]
+
+    def point(answers: list[Answered]) -> tuple[float, float, float]:
+        """(accuracy, priced USD, engine CPU-s): a point of a curve."""
+        return (*totals(answers), sum(a.cpu_s for a in answers))
+
     lams = [0.0, *(round(0.02 * 1.25**k, 4) for k in range(30))]
+    thresholds = candidate_thresholds(ids, plans, spec, recs)[::3]
     curves = {
-        "prompt-only auto, every λ": [
-            (
-                *totals(fixed(prompt_only(ids, plans, lam))),
-                sum(a.cpu_s for a in fixed(prompt_only(ids, plans, lam))),
-            )
-            for lam in lams
+        "prompt-only auto, every λ": [point(fixed(prompt_only(ids, plans, lam))) for lam in lams],
+        f"auto + escalation, margin {spec.margin:g}, every threshold": [
+            point(replay(ids, plans, spec.model_copy(update={"threshold": t}), recs, grades))
+            for t in thresholds
         ],
-        f"auto + escalation, margin {spec.margin:g}, every threshold": [],
     }
-    for threshold in candidate_thresholds(ids, plans, spec, recs)[::3]:
-        answers = replay(ids, plans, spec.model_copy(update={"threshold": threshold}), recs, grades)
-        curves[f"auto + escalation, margin {spec.margin:g}, every threshold"].append(
-            (*totals(answers), sum(a.cpu_s for a in answers))
-        )
     accuracy, usd = totals(shipped)
     large = always[-1]
     at_cost = max((a for a, c, _ in curves["prompt-only auto, every λ"] if c <= usd), default=0.0)
