@@ -93,8 +93,10 @@ async def test_a_renewed_entry_keeps_its_vector_on_other_replicas(
     keys = CacheKeys(root, "acme")
     await put(a, keys, "d1", ttl_s=0.6)
     assert await until(lambda: b.index.count("acme") == 1)
-    await put(a, keys, "d1", ttl_s=60)  # the same entry again, now for a minute
+    # Read before the renewal: b's reader runs on this loop and may apply it while the
+    # put is still awaited, before a count read after it.
     applied = b.applied
+    await put(a, keys, "d1", ttl_s=60)  # the same entry again, now for a minute
     assert await until(lambda: b.applied > applied)
     await asyncio.sleep(0.6 + GRACE_S + 0.5)
     assert b.index.count("acme") == a.index.count("acme") == 1
