@@ -13,6 +13,7 @@ stage may use these types without depending on the stage that made them.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,9 +31,21 @@ from routers.session_policy import SessionTurn
 from routers.tier_quality import ServedQuality
 
 
-def new_request_id(prefix: str) -> str:
-    # 128 random bits, as uuid4 has, without building a UUID object on every request.
-    return f"{prefix}-{os.urandom(16).hex()}"
+@dataclass(frozen=True, slots=True)
+class IdShape:
+    """How a format's request ids look: ``prefix`` and ``digits`` hex digits (OpenAI's
+    ``chatcmpl-`` and 32, as 128 random bits, as uuid4 has; Anthropic's ``msg_`` and 24).
+    ``stable(seed)`` is an id of that shape whose digits are a digest of ``seed``, the
+    same on every try (a batch line's)."""
+
+    prefix: str
+    digits: int = 32
+
+    def new(self) -> str:
+        return self.prefix + os.urandom(self.digits // 2).hex()
+
+    def stable(self, seed: str) -> str:
+        return self.prefix + hashlib.sha256(seed.encode()).hexdigest()[: self.digits]
 
 
 @dataclass(frozen=True, slots=True)

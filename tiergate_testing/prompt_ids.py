@@ -13,16 +13,15 @@ import json
 from dataclasses import replace
 
 from backends.base import GenerationRequest
-from gateway.batches.lines import stable_id
 from gateway.chat import render
-from gateway.chat.protocol import ChatCompletionRequest, to_generation
+from gateway.chat.protocol import CHAT_IDS, ChatCompletionRequest, to_generation
 from gateway.cli.main import main
 
 
 def _named_by_prompt(body: ChatCompletionRequest) -> GenerationRequest:
     generation = to_generation(body)
     messages = json.dumps(generation.messages, sort_keys=True)
-    return replace(generation, request_id=stable_id(generation.request_id, messages))
+    return replace(generation, request_id=CHAT_IDS.stable(messages))
 
 
 vars(render)["to_generation"] = _named_by_prompt  # what the chat format's ``translate`` calls

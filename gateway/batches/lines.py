@@ -8,15 +8,13 @@ asked through the core's one entrance (``gateway.core.entrance.ask_for``) as the
 edge asks: its body is exactly what the endpoint would have answered, and routing (``auto`` and
 tiers), both caches, rules, budgets, the ledger, metrics and traces are the core's.
 
-The line's request id is a digest of (tenant, batch, line) in the format's own shape, the
-same on every try: a line a dead replica left half-run and another replica runs again
-settles under the same id, which the budget store settles once.
+The line's request id is a digest of (tenant, batch, line) in the format's own id shape
+(``WireFormat.ids``), the same on every try: a line a dead replica left half-run and
+another replica runs again settles under the same id, which the budget store settles once.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -26,7 +24,7 @@ import orjson
 from gateway.core.answer import collect
 from gateway.core.entrance import Options, ask_for
 from gateway.core.serving_core import ServingCore
-from gateway.embeddings.protocol import EmbeddingRequest
+from gateway.embeddings.protocol import EMBEDDING_IDS, EmbeddingRequest
 from gateway.embeddings.serving import create_embeddings
 from gateway.errors import (
     ApiError,
@@ -69,13 +67,6 @@ class Refused(Exception):
         self.error, self.request_id, self.money = error, request_id, money
 
 
-def stable_id(fresh: str, seed: str) -> str:
-    """``fresh`` (a format's new id: ``chatcmpl-HEX``, ``msg_HEX``…) with its random part
-    replaced by a digest of ``seed``: the same id on every try of one line."""
-    cut = max(fresh.rfind("-"), fresh.rfind("_")) + 1
-    return fresh[:cut] + hashlib.sha256(seed.encode()).hexdigest()[: len(fresh) - cut]
-
-
 def waits_for_holds(error: ApiError) -> bool:
     """A budget refusal that requests in flight may undo when they settle (it says when
     to ask again): the budget minus its spend could still pay the line's worst case."""
@@ -108,7 +99,7 @@ async def answer(
     try:
         caller = Caller(principal, core.config, {}, core.parts.responses)
         exchange = await wire.prepare(wire.parse(body), caller)
-        request_id = stable_id(exchange.turn.generation.request_id, seed)
+        request_id = wire.ids.stable(seed)
         # A line is answered whole, and belongs to no conversation (``routing.sessions``).
         turn = replace(exchange.turn, stream=False, session=None)
         ask = ask_for(principal, turn, Options(priority="batch", request_id=request_id))
@@ -140,7 +131,7 @@ def _money(outcome: Outcome | None) -> LineMoney:
 
 
 async def _embeddings(core: ServingCore, principal: Principal, body: bytes, seed: str) -> Answered:
-    request_id = stable_id(f"emb-{os.urandom(16).hex()}", seed)
+    request_id = EMBEDDING_IDS.stable(seed)
     try:
         request = parse_body(EmbeddingRequest, body)
         embedded = await create_embeddings(

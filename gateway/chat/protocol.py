@@ -9,8 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from backends.base import GenerationRequest, SamplingParams
 from backends.messages import PART_MODALITIES
-from gateway.types import new_request_id
+from gateway.types import IdShape
 from gateway.wire.common import SamplingFields
+
+CHAT_IDS = IdShape("chatcmpl-")
 
 
 class ChatMessage(BaseModel):
@@ -155,7 +157,7 @@ class ChatCompletionRequest(SamplingFields):
 def to_generation(body: ChatCompletionRequest) -> GenerationRequest:
     """The engine request: the messages, tools and sampling of the body."""
     return GenerationRequest(
-        request_id=new_request_id("chatcmpl"),
+        request_id=CHAT_IDS.new(),
         model=body.model,
         sampling=SamplingParams(
             max_tokens=body.token_limit,

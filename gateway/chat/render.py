@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from backends.base import Chunk, Usage
-from gateway.chat.protocol import ChatCompletionRequest, to_generation
+from gateway.chat.protocol import CHAT_IDS, ChatCompletionRequest, to_generation
 from gateway.wire.common import logprobs_body
 from gateway.wire.format import Caller, RunView, SimpleFormat, Turn, plain_turn
 from gateway.wire.sse import Event
@@ -108,4 +108,4 @@ def translate(body: ChatCompletionRequest, caller: Caller) -> Turn:
     return plain_turn(body, to_generation(body))
 
 
-CHAT = SimpleFormat(ChatCompletionRequest, translate, whole, events)
+CHAT = SimpleFormat(ChatCompletionRequest, translate, whole, events, CHAT_IDS)

@@ -8,8 +8,10 @@ from pydantic import Field
 
 from backends.base import GenerationRequest, SamplingParams
 from gateway.errors import InvalidRequest
-from gateway.types import new_request_id
+from gateway.types import IdShape
 from gateway.wire.common import SamplingFields
+
+COMPLETION_IDS = IdShape("cmpl-")
 
 
 class CompletionRequest(SamplingFields):
@@ -32,7 +34,7 @@ def to_generation(body: CompletionRequest) -> GenerationRequest:
     except ValueError as exc:
         raise InvalidRequest(str(exc), param="prompt") from None
     return GenerationRequest(
-        request_id=new_request_id("cmpl"),
+        request_id=COMPLETION_IDS.new(),
         model=body.model,
         sampling=SamplingParams(
             max_tokens=body.max_tokens or DEFAULT_MAX_TOKENS,

@@ -9,7 +9,7 @@ from typing import Any
 
 from backends.base import Chunk, Usage
 from gateway.chat.render import usage_chunk_body, usage_dict
-from gateway.completions.protocol import CompletionRequest, to_generation
+from gateway.completions.protocol import COMPLETION_IDS, CompletionRequest, to_generation
 from gateway.wire.format import Caller, RunView, SimpleFormat, Turn, plain_turn
 from gateway.wire.sse import Event
 
@@ -66,4 +66,4 @@ def translate(body: CompletionRequest, caller: Caller) -> Turn:
     return plain_turn(body, to_generation(body))
 
 
-COMPLETIONS = SimpleFormat(CompletionRequest, translate, whole, events)
+COMPLETIONS = SimpleFormat(CompletionRequest, translate, whole, events, COMPLETION_IDS)

@@ -9,10 +9,12 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from gateway.types import IdShape
 from gateway.wire.fields import passthrough_fields
 
 MAX_INPUTS = 2048  # OpenAI's limit on inputs per request
 MAX_TOKEN_IDS = 8192  # per token array (OpenAI's context for its embedding models)
+EMBEDDING_IDS = IdShape("emb-")
 
 Text = Annotated[str, StringConstraints(min_length=1)]
 TokenId = Annotated[int, Field(ge=0)]

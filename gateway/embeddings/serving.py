@@ -19,7 +19,7 @@ from backends.base import EmbeddingEngine, Usage
 from backends.errors import EngineError
 from backends.pool import Replica
 from gateway.core.serving_core import ServingCore
-from gateway.embeddings.protocol import EmbeddingRequest, embeddings_body
+from gateway.embeddings.protocol import EMBEDDING_IDS, EmbeddingRequest, embeddings_body
 from gateway.errors import (
     ApiError,
     InvalidRequest,
@@ -36,7 +36,7 @@ from gateway.money.spend import WorstCase, model_cost, text_upper_tokens
 from gateway.telemetry import observe
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.telemetry.tracing import current_trace
-from gateway.types import Outcome, new_request_id
+from gateway.types import Outcome
 from policies.embedding_spec import EmbeddingSpec
 from policies.schema import GatewayConfig
 from policies.tenants import Principal
@@ -89,7 +89,7 @@ def _call(
     refusal = principal.model_refusal(model, config)
     if refusal is not None:
         raise PermissionDenied(refusal, param="model")
-    request_id = request_id or new_request_id("emb")
+    request_id = request_id or EMBEDDING_IDS.new()
     return EmbeddingCall(config, request_id, principal, model, spec, batch=batch)
 
 

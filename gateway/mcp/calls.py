@@ -46,7 +46,7 @@ from gateway.mcp.upstream import Upstream, UpstreamFailure, size_of, too_large
 from gateway.money.hold import Hold, Money, refusal
 from gateway.money.spend import WorstCase
 from gateway.telemetry.tracing import Tracing
-from gateway.types import new_request_id
+from gateway.types import IdShape
 from policies.schema import RateLimitSpec
 from policies.stores.budget import key_scope, tenant_scope
 from policies.stores.ledger import SpendEvent
@@ -56,6 +56,7 @@ from policies.tenants import Principal
 
 log = logging.getLogger(__name__)
 
+CALL_IDS = IdShape("mcp-")
 MAX_LOGGED_ARGUMENTS = 4096  # bytes of a call's arguments the ledger keeps, at most
 
 
@@ -139,7 +140,7 @@ class ToolCalls:
             if rejection is not None:
                 raise MCPError(rejection.code, rejection.message, rejection.data)
         params = _guarded_arguments(caller, params)
-        call = ToolCall(caller.config, new_request_id("mcp"), caller.principal, caller.metadata)
+        call = ToolCall(caller.config, CALL_IDS.new(), caller.principal, caller.metadata)
         span = self._span(caller, params.name, call.request_id, meta)
         token = otel_context.attach(set_span_in_context(span))  # the upstream joins the trace
         outcome = ToolOutcome(server, tool, "cancelled")

@@ -20,7 +20,7 @@ import orjson
 from backends.base import Chunk, Usage
 from gateway.errors import ApiError
 from gateway.messages.protocol import MessagesRequest
-from gateway.messages.translate import to_generation
+from gateway.messages.translate import MESSAGE_IDS, to_generation
 from gateway.wire.compat import Compat
 from gateway.wire.errors import anthropic_body, anthropic_error
 from gateway.wire.format import Caller, RunView, SimpleFormat, Turn
@@ -198,4 +198,6 @@ def translate(body: MessagesRequest, caller: Caller) -> Turn:
     return Turn(body.model, done.generation, body.stream, True, annotations, compat, session)
 
 
-MESSAGES = SimpleFormat(MessagesRequest, translate, whole, events, FRAMING, anthropic_error)
+MESSAGES = SimpleFormat(
+    MessagesRequest, translate, whole, events, MESSAGE_IDS, FRAMING, anthropic_error
+)

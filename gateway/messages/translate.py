@@ -14,7 +14,6 @@ tenant's compatibility policy (removed and named, or a 400 under ``compat: stric
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,16 +23,14 @@ import orjson
 from backends.base import GenerationRequest, SamplingParams
 from gateway.errors import InvalidRequest
 from gateway.messages.protocol import CUSTOM_TOOLS, Block, MessagesRequest, ToolChoice
+from gateway.types import IdShape
 from gateway.wire.compat import Compat, Mode, hosted_tools, unsupported
 
 Message = dict[str, Any]
 _DROPPED_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 _IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 TOOL_ERROR_PREFIX = "Error: "  # a tool_result with is_error: chat has no such flag
-
-
-def new_message_id() -> str:
-    return f"msg_{os.urandom(12).hex()}"
+MESSAGE_IDS = IdShape("msg_", 24)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +67,7 @@ def to_generation(body: MessagesRequest, mode: Mode = "lenient") -> Translation:
     choice, parallel = _tool_choice(body.tool_choice, tools)
     passthrough = {"top_k": body.top_k} if body.top_k is not None else {}
     generation = GenerationRequest(
-        request_id=new_message_id(),
+        request_id=MESSAGE_IDS.new(),
         model=body.model,
         sampling=SamplingParams(
             max_tokens=body.max_tokens,

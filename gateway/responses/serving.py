@@ -20,7 +20,7 @@ from gateway.guardrails.policy import policy_for
 from gateway.guardrails.redactor import Redactor
 from gateway.responses.protocol import CreateResponse
 from gateway.responses.render import TERMINAL, Echo, ResponseEvents, whole_response
-from gateway.responses.translate import Translation, to_generation
+from gateway.responses.translate import RESPONSE_IDS, Translation, to_generation
 from gateway.wire.common import body_session, parse_body
 from gateway.wire.errors import ErrorShape, openai_error
 from gateway.wire.format import Caller, Exchange, RunView, Turn
@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 class ResponsesFormat:
     body_model = CreateResponse
+    ids = RESPONSE_IDS
 
     @property
     def error_shape(self) -> ErrorShape:

@@ -33,11 +33,13 @@ from gateway.responses.protocol import (
     OtherItem,
     ReasoningItem,
 )
+from gateway.types import IdShape
 from gateway.wire.compat import Compat, Mode, hosted_tools, unsupported
 
 Item = dict[str, Any]
 NAMESPACE_SEPARATOR = "__"
 _TEXT_PARTS = {"input_text", "output_text"}
+RESPONSE_IDS = IdShape("resp_")
 
 
 def new_id(prefix: str) -> str:
@@ -74,7 +76,7 @@ def to_generation(
     if body.instructions:
         messages.insert(0, {"role": "system", "content": body.instructions})
     generation = GenerationRequest(
-        request_id=new_id("resp"),
+        request_id=RESPONSE_IDS.new(),
         model=body.model,
         sampling=SamplingParams(
             max_tokens=body.max_output_tokens, temperature=body.temperature, top_p=body.top_p

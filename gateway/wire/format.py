@@ -1,6 +1,7 @@
 """What a wire format implements to be served over the serving core: the whole contract.
 
-A format (``WireFormat``) is its request model, its error shape and two steps
+A format (``WireFormat``) is its request model, its error shape, the shape of its
+request ids (``gateway.types.IdShape``: a batch line's stable id takes it) and two steps
 (``gateway.edge.respond.serve`` runs them):
 
 - ``parse(raw) -> body``: the body, validated (400 naming the field otherwise);
@@ -32,6 +33,7 @@ from typing import Generic, Protocol, TypeVar
 from pydantic import BaseModel
 
 from backends.base import Chunk, GenerationRequest
+from gateway.types import IdShape
 from gateway.wire.common import parse_body
 from gateway.wire.compat import Compat
 from gateway.wire.errors import ErrorShape, openai_error
@@ -125,6 +127,8 @@ class WireFormat(Protocol[Body]):
     def body_model(self) -> type[Body]: ...
     @property
     def error_shape(self) -> ErrorShape: ...
+    @property
+    def ids(self) -> IdShape: ...
     def parse(self, raw: bytes) -> Body: ...
     async def prepare(self, body: Body, caller: Caller) -> Exchange: ...
 
@@ -155,6 +159,7 @@ class SimpleFormat(Generic[Body]):
     translate: Callable[[Body, Caller], Turn]
     whole: Whole
     events: Events
+    ids: IdShape  # what ``translate`` makes its request ids with
     framing: Framing = OPENAI_SSE
     error_shape: ErrorShape = openai_error
 
