@@ -24,8 +24,6 @@ import orjson
 from gateway.core.answer import collect
 from gateway.core.entrance import Options, ask_for
 from gateway.core.serving_core import ServingCore
-from gateway.embeddings.protocol import EMBEDDING_IDS, EmbeddingRequest
-from gateway.embeddings.serving import create_embeddings
 from gateway.errors import (
     ApiError,
     InsufficientQuota,
@@ -35,6 +33,7 @@ from gateway.errors import (
 )
 from gateway.types import Outcome
 from gateway.wire.common import parse_body
+from gateway.wire.embeddings import EMBEDDING_IDS, EmbeddingRequest
 from gateway.wire.format import Caller, WireFormat
 from policies.tenants import Principal
 
@@ -134,9 +133,8 @@ async def _embeddings(core: ServingCore, principal: Principal, body: bytes, seed
     request_id = EMBEDDING_IDS.stable(seed)
     try:
         request = parse_body(EmbeddingRequest, body)
-        embedded = await create_embeddings(
-            core, principal, request, request_id=request_id, batch=True
-        )
+        options = Options(priority="batch", request_id=request_id)
+        embedded = await core.embed(principal, request, options)
     except ApiError as exc:
         raise Refused(exc, request_id, LineMoney()) from exc
     return Answered(embedded.body, request_id, _money(embedded.outcome))

@@ -4,7 +4,8 @@ The lifespan builds the collaborators (pools, the cache, the money's stores, the
 models, metrics) and a ``ServingCore`` over them and the config; each policy reload builds
 a new core over the same collaborators and the new snapshot. A request takes the core
 once, with its key lookup: ``start(ask)`` asks the cache, routes (``gateway.routing.route``)
-and gives the request's ``Run`` (``gateway.core.serving``), which runs wholly on it.
+and gives the request's ``Run`` (``gateway.core.serving``), which runs wholly on it;
+``embed`` runs an embeddings call (``gateway.core.embedding``) to its end.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from functools import partial
 from backends.pool import EnginePool, Replica
 from gateway.cache.record import CachedResponse
 from gateway.cache.service import PromptCache
+from gateway.core.embedding import Embedded, embed
+from gateway.core.entrance import Options
 from gateway.core.serving import Run
 from gateway.guardrails.screen import keep_local, screen_off_loop
 from gateway.learning.service import Feedback
@@ -24,11 +27,13 @@ from gateway.routing.route import embedding_of, route
 from gateway.routing.router import Router
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.types import Ask, Readiness, RoutedRequest
+from gateway.wire.embeddings import EmbeddingRequest
 from policies.schema import GatewayConfig
 from policies.stores.batch_bucket import Bucket
 from policies.stores.batch_records import BatchStore
 from policies.stores.responses import ResponseStore
 from policies.stores.store import Store
+from policies.tenants import Principal
 from routers.decision import may_answer
 from routers.wordpiece import ServedEmbedder
 
@@ -100,6 +105,12 @@ class ServingCore:
         if guard is not None and guard.local:
             routed = keep_local(routed, ask, guard)
         return routed
+
+    async def embed(
+        self, principal: Principal, body: EmbeddingRequest, options: Options
+    ) -> Embedded:
+        """An embeddings call, whole: its vectors, its ``Outcome`` and its headers."""
+        return await embed(self.config, self.parts, principal, body, options)
 
 
 def _admits(config: GatewayConfig, ask: Ask, hit: CachedResponse) -> bool:

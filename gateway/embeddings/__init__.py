@@ -1,1 +1,2 @@
-"""``POST /v1/embeddings``: endpoints, wire models, and the run of one embeddings call."""
+"""``POST /v1/embeddings``: the HTTP endpoint over the core's embeddings entrance
+(``ServingCore.embed``; its wire models: ``gateway.wire.embeddings``)."""

@@ -49,6 +49,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli", "__main__"),
 )
 LEAVES = set(LAYERS[0])
+FAMILIES = set(next(layer for layer in LAYERS if "chat" in layer))  # the endpoint families
+# The only family that may import another: what one format shares with the format it
+# extends (completions renders chat's usage) or explains (explain parses both bodies).
+# Everything else two families share belongs below them (``wire``, ``core``).
+FAMILY_IMPORTS = {("completions", "chat"), ("explain", "chat"), ("explain", "completions")}
 # Runtime code never imports the offline training and evaluation (the CLI runs it).
 OFFLINE = "routers.training"
 OFFLINE_USERS = ("gateway/cli/",)
@@ -119,6 +124,18 @@ def test_no_two_parts_import_each_other() -> None:
         if (b, a) in edges and a < b
     )
     assert both == []
+
+
+def test_no_family_imports_another_but_the_few_allowed() -> None:
+    """A family reaches another only through the layers below (a batch line runs an
+    embedding through the core, not through the embeddings family)."""
+    across = {
+        (a, b): where[0]
+        for (a, b), where in gateway_edges().items()
+        if a in FAMILIES and b in FAMILIES
+    }
+    assert {pair: where for pair, where in across.items() if pair not in FAMILY_IMPORTS} == {}
+    assert set(across) == FAMILY_IMPORTS, "a pair that is gone leaves the allow-list"
 
 
 def test_the_leaf_vocabulary_imports_nothing_of_the_gateway() -> None:

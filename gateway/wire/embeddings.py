@@ -1,4 +1,7 @@
-"""``POST /v1/embeddings`` wire models: OpenAI's request and its ``list`` of vectors."""
+"""``POST /v1/embeddings`` wire models: OpenAI's request and its ``list`` of vectors.
+
+Here, below the core, because the core's embeddings entrance takes the request and writes
+the answer (``gateway.core.embedding``) for every caller: the endpoint and a batch line."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""One ``/v1/embeddings`` request: check, admit, embed, settle.
+"""One embeddings call on the serving core (``ServingCore.embed``): check, admit, embed,
+settle, for every caller (the ``/v1/embeddings`` endpoint, a batch line).
 
 The same lifecycle as a generation, minus routing: the key's model scope, then the rate
 limits and one budget reservation (the request's ``Hold``; the worst case is the input
@@ -13,13 +14,12 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from backends.base import EmbeddingEngine, Usage
 from backends.errors import EngineError
 from backends.pool import Replica
-from gateway.core.serving_core import ServingCore
-from gateway.embeddings.protocol import EMBEDDING_IDS, EmbeddingRequest, embeddings_body
+from gateway.core.entrance import Options
 from gateway.errors import (
     ApiError,
     InvalidRequest,
@@ -37,6 +37,7 @@ from gateway.telemetry import observe
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.telemetry.tracing import current_trace
 from gateway.types import Outcome
+from gateway.wire.embeddings import EMBEDDING_IDS, EmbeddingRequest, embeddings_body
 from policies.embedding_spec import EmbeddingSpec
 from policies.schema import GatewayConfig
 from policies.tenants import Principal
@@ -44,6 +45,19 @@ from routers.batching import BatcherClosed, EmbeddingFailed
 from routers.wordpiece import ServedEmbedder
 
 log = logging.getLogger(__name__)
+
+
+class Embedders(Protocol):
+    """What a call runs on: the core's collaborators (``Collaborators`` is one)."""
+
+    @property
+    def replicas(self) -> Mapping[str, Sequence[Replica]]: ...
+    @property
+    def served_embedder(self) -> ServedEmbedder | None: ...
+    @property
+    def money(self) -> Money: ...
+    @property
+    def metrics(self) -> GatewayMetrics: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +91,7 @@ class Embedded:
 
 
 def _call(
-    config: GatewayConfig, principal: Principal, model: str, request_id: str | None, batch: bool
+    config: GatewayConfig, principal: Principal, model: str, options: Options
 ) -> EmbeddingCall:
     spec = config.embeddings.get(model)
     if spec is None:
@@ -89,7 +103,8 @@ def _call(
     refusal = principal.model_refusal(model, config)
     if refusal is not None:
         raise PermissionDenied(refusal, param="model")
-    request_id = request_id or EMBEDDING_IDS.new()
+    request_id = options.request_id or EMBEDDING_IDS.new()
+    batch = options.priority == "batch"
     return EmbeddingCall(config, request_id, principal, model, spec, batch=batch)
 
 
@@ -221,11 +236,11 @@ def _remote_engine(replicas: Mapping[str, Sequence[Replica]], engine: str) -> Em
     return chosen
 
 
-def _source(core: ServingCore, call: EmbeddingCall) -> ServedEmbedder | EmbeddingEngine:
+def _source(parts: Embedders, call: EmbeddingCall) -> ServedEmbedder | EmbeddingEngine:
     """The in-process embedder or the remote engine that serves ``call.model``."""
     if call.spec.engine is not None:
-        return _remote_engine(core.parts.replicas, call.spec.engine)
-    served = core.parts.served_embedder
+        return _remote_engine(parts.replicas, call.spec.engine)
+    served = parts.served_embedder
     if served is None:
         raise ModelNotFound(
             f"The embedding model `{call.model}` is not loaded in this process "
@@ -236,7 +251,7 @@ def _source(core: ServingCore, call: EmbeddingCall) -> ServedEmbedder | Embeddin
 
 
 def _guarded(
-    core: ServingCore, principal: Principal, body: EmbeddingRequest, *, remote: bool
+    metrics: GatewayMetrics, principal: Principal, body: EmbeddingRequest, *, remote: bool
 ) -> EmbeddingRequest:
     """The inputs (and ``user``) as the caller's ``guardrails:`` leaves them: embedded
     redacted, a ``block`` a 400; ``local`` may use the in-process embedder only."""
@@ -248,33 +263,31 @@ def _guarded(
             "look for; send the text",
             param="input",
         )
-    metrics = core.parts.metrics
     fields = {"input": body.input, "user": body.user}
     guarded = guard_value(principal, fields, "embeddings", remote=remote, metrics=metrics)
     return body.model_copy(update=guarded)
 
 
-async def create_embeddings(
-    core: ServingCore,
+async def embed(
+    config: GatewayConfig,
+    parts: Embedders,
     principal: Principal,
     body: EmbeddingRequest,
-    *,
-    request_id: str | None = None,
-    batch: bool = False,
+    options: Options,
 ) -> Embedded:
-    """The call's answer on the request's core (its snapshot and collaborators); raises
-    an ``ApiError`` for every refusal. A batch line names its own ``request_id`` (the
-    same on every try: it is charged once), pays batch prices and takes its money from
-    the ``Outcome``."""
-    config = core.config
-    call = _call(config, principal, body.model, request_id, batch)
-    source = _source(core, call)
-    body = _guarded(core, principal, body, remote=not isinstance(source, ServedEmbedder))
+    """The call's answer by ``config`` (the core's snapshot) on ``parts``; raises an
+    ``ApiError`` for every refusal. Of the ``options``, an embedding honours two: a batch
+    line's ``priority`` (batch prices) and its ``request_id`` (the same on every try: it
+    is charged once); it has no cache, no tier and no session."""
+    call = _call(config, principal, body.model, options)
+    source = _source(parts, call)
+    remote = not isinstance(source, ServedEmbedder)
+    body = _guarded(parts.metrics, principal, body, remote=remote)
     if isinstance(source, ServedEmbedder):
         prepared = await _prepare_local(source, call.model, body)
     else:
         prepared = Prepared(None, _remote_upper(config, body))
-    run = EmbeddingRun(call, prepared, core.parts.money, core.parts.metrics)
+    run = EmbeddingRun(call, prepared, parts.money, parts.metrics)
     try:
         await run.open()
         if isinstance(source, ServedEmbedder):
