@@ -10,12 +10,14 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.wire.common import Metadata
 
+EMBEDDINGS_ENDPOINT = "/v1/embeddings"  # no wire format: ``ServingCore.embed`` runs it
 # What a batch's lines may call (OpenAI's batch endpoints that the gateway serves).
-OPENAI_ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings")
+OPENAI_ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/responses", EMBEDDINGS_ENDPOINT)
 MESSAGES_ENDPOINT = "/v1/messages"  # every line of an Anthropic message batch
 ANTHROPIC_CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 MAX_CUSTOM_ID = 512
@@ -57,3 +59,9 @@ class CreateMessageBatch(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     requests: list[MessageBatchRequest] = Field(min_length=1)
+
+
+def input_of(raw: bytes) -> tuple[str, bytes]:
+    """A stored line's custom id and request body."""
+    line = orjson.loads(raw)
+    return str(line["custom_id"]), orjson.dumps(line["body"])

@@ -1,9 +1,12 @@
 """A line's result in its batch's shape: OpenAI's output or error line, Anthropic's
-``succeeded`` / ``errored`` / ``canceled`` / ``expired`` result, with what it cost."""
+``succeeded`` / ``errored`` / ``canceled`` / ``expired`` result, with what it cost
+(``LineMoney``: its run's ``Outcome``, exact)."""
 
 from __future__ import annotations
 
-from gateway.batches.lines import Answered, LineMoney, Refused
+from dataclasses import dataclass
+from typing import Any
+
 from gateway.batches.render import (
     anthropic_answer,
     anthropic_error,
@@ -11,6 +14,8 @@ from gateway.batches.render import (
     openai_answer,
     openai_failure,
 )
+from gateway.errors import ApiError
+from gateway.types import Outcome
 from policies.stores.batch_records import BatchRecord, LineResult
 from policies.stores.budget import to_nano
 
@@ -18,6 +23,46 @@ SKIPPED = {
     "cancel": ("c", "batch_cancelled", "the batch was cancelled before this request ran"),
     "expire": ("x", "batch_expired", "this request could not run within the completion window"),
 }
+
+
+@dataclass(frozen=True, slots=True)
+class LineMoney:
+    cost_usd: float = 0.0
+    saved_usd: float = 0.0  # the interactive price minus the cost
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+    @classmethod
+    def of(cls, outcome: Outcome | None) -> LineMoney:
+        """What the line's run came to (nothing: it never ran)."""
+        if outcome is None:
+            return cls()
+        usage = outcome.usage
+        return cls(
+            outcome.cost_usd,
+            outcome.saved_batch_usd,
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.cached_tokens,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """The endpoint's answer: its body, the request id it ran under, what it cost."""
+
+    body: Any
+    request_id: str
+    money: LineMoney
+
+
+class Refused(Exception):
+    """The endpoint answered with an error (``error``), after charging ``money``."""
+
+    def __init__(self, error: ApiError, request_id: str | None, money: LineMoney) -> None:
+        super().__init__(error.message)
+        self.error, self.request_id, self.money = error, request_id, money
 
 
 def _priced(kind: str, line: bytes, money: LineMoney) -> LineResult:

@@ -26,18 +26,25 @@ import orjson
 
 from gateway.batches.files import Files
 from gateway.batches.finish import finalize
-from gateway.batches.lines import (
+from gateway.batches.lines import answer
+from gateway.batches.protocol import input_of
+from gateway.batches.results import (
     Answered,
     LineMoney,
     Refused,
-    answer,
-    input_of,
-    retryable,
-    waits_for_holds,
+    refused_line,
+    skipped_line,
+    succeeded_line,
 )
-from gateway.batches.results import refused_line, skipped_line, succeeded_line
 from gateway.core.serving_core import ServingCore
-from gateway.errors import InvalidApiKey, Overloaded, RateLimited
+from gateway.errors import (
+    ApiError,
+    InsufficientQuota,
+    InvalidApiKey,
+    Overloaded,
+    RateLimited,
+    ServiceUnavailable,
+)
 from gateway.telemetry.tracing import Tracing, active
 from gateway.wire.format import WireFormat
 from policies.batches_spec import BatchesConfig
@@ -298,6 +305,21 @@ async def tend(
             await store.move(tenant, batch_id, [status], status, since, {"queued": str(queued)})
     elif status == FINALIZING and record.finalizing_at < stale:
         await finalize(files, spec, record, now)
+
+
+def waits_for_holds(error: ApiError) -> bool:
+    """A budget refusal that requests in flight may undo when they settle (it says when
+    to ask again): the budget minus its spend could still pay the line's worst case."""
+    return isinstance(error, InsufficientQuota) and "Retry-After" in error.headers
+
+
+def retryable(error: ApiError) -> bool:
+    """Worth another try later: an overloaded pool, a store that is down, a rate limit,
+    a budget whose open holds may leave room. A budget that cannot pay the line's worst
+    case even once every hold has settled (``insufficient_quota``) is the line's answer."""
+    return isinstance(error, Overloaded | ServiceUnavailable | RateLimited) or waits_for_holds(
+        error
+    )
 
 
 def _wait(spec: BatchesConfig, attempt: int, refused: Refused | None) -> float:

@@ -19,8 +19,8 @@ import orjson
 import pytest
 
 from gateway.app import FORMATS
-from gateway.batches.lines import EMBEDDINGS, answer
-from gateway.batches.protocol import MESSAGES_ENDPOINT, OPENAI_ENDPOINTS
+from gateway.batches.lines import answer
+from gateway.batches.protocol import EMBEDDINGS_ENDPOINT, MESSAGES_ENDPOINT, OPENAI_ENDPOINTS
 from gateway.chat import endpoints as chat
 from gateway.edge.family import formats_by_path
 from gateway.messages import endpoints as messages
@@ -177,7 +177,7 @@ def test_every_endpoint_runs_as_its_own_format(gateway: tuple[RunningGateway, st
 def test_each_path_a_batch_may_name_has_the_format_its_family_declares() -> None:
     """The batch runner looks a line's format up in what the families declare (no second
     map): every generation path a batch may name is there, embeddings run on their own."""
-    batchable = {*OPENAI_ENDPOINTS, MESSAGES_ENDPOINT} - {EMBEDDINGS}
+    batchable = {*OPENAI_ENDPOINTS, MESSAGES_ENDPOINT} - {EMBEDDINGS_ENDPOINT}
     assert set(FORMATS) == batchable
     assert FORMATS["/v1/chat/completions"] is chat.FAMILY.formats[chat.PATH]
     assert FORMATS["/v1/messages"] is messages.FAMILY.formats[messages.PATH]
@@ -384,7 +384,7 @@ def test_an_embeddings_line_costs_what_its_outcome_says(
     state = running.state
     principal = running.call(state.keys.authenticate(TEST_KEY))
     body = orjson.dumps({"model": REMOTE, "input": ["count these words", "and these"]})
-    line = answer(state.core, FORMATS, principal, EMBEDDINGS, body, "acme/batch_embed/0")
+    line = answer(state.core, FORMATS, principal, EMBEDDINGS_ENDPOINT, body, "acme/batch_embed/0")
     answered = running.call(line)
     money = answered.money
     (event,) = [e for e in BudgetProbe(prefix).events() if e.request_id == answered.request_id]
