@@ -3,6 +3,10 @@ the core honours, as the ``Ask`` the core runs (``ServingCore.start``) or only r
 (``ServingCore.route``). The only place an ``Ask`` is built, for every caller: the HTTP
 edge (its options read from the request's headers, ``gateway.edge.respond.core_headers``),
 a batch line, ``/v1/route`` and count_tokens. Nothing here reads a header.
+
+An embeddings call is no generation and takes no ``Ask``: its endpoint and a batch line
+hand ``ServingCore.embed`` the request and the same ``Options`` (of which it honours the
+``priority`` and the ``request_id``).
 """
 
 from __future__ import annotations
