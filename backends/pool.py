@@ -332,7 +332,7 @@ class EnginePool:
     ) -> AsyncIterator[Chunk]:
         """Stream from one replica; before the first chunk, overload or death moves to
         another. ``held``: (replica name, characters of this conversation's prefix) that
-        replica is known to hold from a session's last turn (``gateway/routing/sessions.py``).
+        replica is known to hold from a session's last turn (``routers/live_sessions.py``).
         A ``batch`` request yields its chunks only once the engine has given them all."""
         info = info or StreamInfo()
         tried: set[Replica] = set()

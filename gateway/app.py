@@ -47,10 +47,6 @@ from gateway.models import endpoints as models
 from gateway.money.hold import Money
 from gateway.ops import endpoints as ops
 from gateway.responses import endpoints as responses
-from gateway.routing.objective import ObjectiveLambda
-from gateway.routing.router import Router
-from gateway.routing.sessions import Sessions
-from gateway.routing.target_share import TargetShares
 from gateway.state import GatewayState
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.telemetry.tracing import open_tracing
@@ -75,7 +71,11 @@ from policies.stores.responses import ResponseStore
 from policies.stores.settle_journal import SettleJournal
 from policies.stores.store import Store, StoreUnavailable
 from policies.tenants import KeyRing
+from routers.live_sessions import Sessions
+from routers.objective_lambda import ObjectiveLambda
+from routers.router import Router
 from routers.setup import RoutingModels
+from routers.target_share import TargetShares
 from routers.wordpiece import ServedEmbedder
 
 log = logging.getLogger(__name__)

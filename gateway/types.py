@@ -5,7 +5,7 @@ stage may use these types without depending on the stage that made them.
 
 - ``Ask``: a request as a wire format hands it to the serving core (built in one
   place, ``gateway.core.entrance.ask_for``).
-- ``RoutedRequest``: the request once its tier is decided (``gateway.routing.route``).
+- ``RoutedRequest``: the request once its tier is decided (``gateway.core.route``).
 - ``Progress``: what a run has seen so far; ``Outcome``: what the request came to,
   computed once when it ends (``gateway.money.outcome.conclude``), from which the
   headers, the metrics, the trace and the ledger event are all written.

@@ -28,6 +28,7 @@ from itertools import combinations
 import numpy as np
 import numpy.typing as npt
 
+from policies.routing_spec import ObjectiveConfig
 from routers.lambda_sketch import bin_of, cost_count, lambda_for, quality_count
 from routers.objective_segment import pair_prefix, segment_lambda, tier_totals
 
@@ -62,6 +63,11 @@ class TierChoice:
     tier: str
     reason: str
     allowed: tuple[str, ...] = ()  # the tiers it chose among (the objective's hull segment)
+
+
+def objective_of(spec: ObjectiveConfig) -> Objective:
+    """The configured objective as the router reads it."""
+    return Objective(spec.kind, spec.share, spec.segment, spec.dominance)
 
 
 def relative(cost: F64) -> F64:

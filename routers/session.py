@@ -104,7 +104,7 @@ def follow_up(messages: Sequence[Message]) -> bool:
 
 
 def conversation_chars(messages: Sequence[Message]) -> int:
-    """The characters the objective prices a request by (as ``gateway.routing.route``)."""
+    """The characters the objective prices a request by (as ``gateway.core.route``)."""
     return sum(len(message_text(m)) for m in messages)
 
 

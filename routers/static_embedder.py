@@ -5,7 +5,8 @@ Why: on a CPU without VNNI or AMX (most cloud VMs) the MiniLM transformer costs 
 of CPU per short prompt and ~28 ms per 200-token one even in int8 (``bench/perf/embed_cpu.py``
 on an AVX2 EPYC; issue 33 saw 25 ms a short prompt), the whole cost of ``auto``. A
 lookup table costs the tokenizer plus a few dozen row reads: 0.12 and 0.48 ms, and less
-for ASCII text, whose wordpieces come a word at a time from a memo (``routers/wordpieces.py``). The
+for ASCII text, whose wordpieces come a word at a time from a memo
+(``routers/static_wordpieces.py``). The
 table is MiniLM's own output for every wordpiece, PCA-reduced and Zipf-weighted by
 model2vec at build time (``routers/training/corpora/static_embedder.py``, provenance in
 docs/classifier.md); serving needs numpy and ``tokenizers`` only, and downloads nothing.
@@ -32,7 +33,7 @@ import numpy.typing as npt
 
 from routers.batching import MicroBatcher
 from routers.embedding import EmbedderUnavailable, leading_words
-from routers.wordpieces import AsciiWordpieces
+from routers.static_wordpieces import AsciiWordpieces
 
 SHIPPED_STATIC = Path(__file__).resolve().parent / "model" / "static-minilm.npz"
 # Calls up to this many characters run on the caller: ~0.5 ms of WordPiece at most (about

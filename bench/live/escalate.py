@@ -26,12 +26,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from gateway.routing.objective import expected_costs
 from gateway.settings import load_effective_config
 from policies.escalation_spec import EscalationSpec
 from routers.decision import TierDecision
 from routers.escalation import judge, plan_escalation, signal_of
 from routers.objective import TierChoice
+from routers.tier_costs import expected_costs
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

@@ -8,13 +8,13 @@ from __future__ import annotations
 from starlette.requests import Request
 
 from gateway.admin.auth import admin_digest, require_admin
-from gateway.admin.session import COOKIE, Sessions
+from gateway.admin.session import COOKIE, DashboardSessions
 from gateway.errors import InvalidApiKey
 from gateway.state import GatewayState
 
 
-def sessions(state: GatewayState) -> Sessions:
-    return Sessions(state.parts.store, state.config.admin.session_ttl_s)
+def sessions(state: GatewayState) -> DashboardSessions:
+    return DashboardSessions(state.parts.store, state.config.admin.session_ttl_s)
 
 
 async def has_session(request: Request, state: GatewayState) -> bool:

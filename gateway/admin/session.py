@@ -18,7 +18,7 @@ COOKIE = "tiergate_admin"
 COOKIE_PATH = "/admin"
 
 
-class Sessions:
+class DashboardSessions:
     def __init__(self, store: Store, ttl_s: float) -> None:
         self.store = store
         self.ttl_s = ttl_s

@@ -15,11 +15,11 @@ from typing import IO, Any
 
 import orjson
 
-from gateway.routing.traffic_policy import traffic_tiers
 from gateway.settings import load_effective_config
 from policies.loader import ConfigError
 from policies.routing_spec import ClassifierConfig
 from policies.schema import GatewayConfig
+from routers.traffic_policy import traffic_tiers
 
 BATCH = 512  # conversations scored at once; the embedder splits them further
 
@@ -145,10 +145,10 @@ def _session_lines(
     """Rows as agent turns: a row's ``session`` (else its conversation's stable prefix)
     groups it with the earlier rows of its session, ``signal`` names a failure after it
     (its session's next turn escalates); tasks and new instructions are predicted on
-    what the gateway predicts them on (``gateway/routing/traffic_sessions.py``)."""
-    from gateway.routing.traffic_sessions import session_tiers
+    what the gateway predicts them on (``routers/traffic_sessions.py``)."""
     from routers.session import SessionHint
     from routers.session_replay import plan_turns
+    from routers.traffic_sessions import session_tiers
 
     hints = [
         SessionHint("header", str(row["session"])) if row.get("session") else None

@@ -112,8 +112,7 @@ def objective_report(
     conversation's stable prefix) are routed as its turns, in order, as the gateway does."""
     import numpy as np
 
-    from gateway.routing.objective import objective_of
-    from routers.objective import Objective
+    from routers.objective import Objective, objective_of
     from routers.setup import quality_model
     from routers.training.batch import cached_embed, embed_texts, format_calibration
     from routers.training.complexity_fit import feature_matrix

@@ -27,13 +27,13 @@ from gateway.guardrails.guard import RequestGuard
 from gateway.learning.service import Feedback
 from gateway.money.hold import Hold, Money, refusal
 from gateway.money.outcome import conclude
-from gateway.routing.sessions import Sessions, SessionWatch
 from gateway.telemetry import observe
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.telemetry.timing import current_timer, timed
 from gateway.telemetry.tracing import GENERATION, SETTLEMENT, current_trace
 from gateway.types import Charges, Outcome, Progress, RoutedRequest
 from routers.decision import TierDecision
+from routers.live_sessions import Sessions, SessionWatch
 
 log = logging.getLogger(__name__)
 

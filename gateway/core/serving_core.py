@@ -3,7 +3,7 @@
 The lifespan builds the collaborators (pools, the cache, the money's stores, the router's
 models, metrics) and a ``ServingCore`` over them and the config; each policy reload builds
 a new core over the same collaborators and the new snapshot. A request takes the core
-once, with its key lookup: ``start(ask)`` asks the cache, routes (``gateway.routing.route``)
+once, with its key lookup: ``start(ask)`` asks the cache, routes (``gateway.core.route``)
 and gives the request's ``Run`` (``gateway.core.serving``), which runs wholly on it;
 ``embed`` runs an embeddings call (``gateway.core.embedding``) to its end.
 """
@@ -19,12 +19,11 @@ from gateway.cache.record import CachedResponse
 from gateway.cache.service import PromptCache
 from gateway.core.embedding import Embedded, embed
 from gateway.core.entrance import Options
+from gateway.core.route import embedding_of, route
 from gateway.core.serving import Run
 from gateway.guardrails.screen import keep_local, screen_off_loop
 from gateway.learning.service import Feedback
 from gateway.money.hold import Money
-from gateway.routing.route import embedding_of, route
-from gateway.routing.router import Router
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.types import Ask, Readiness, RoutedRequest
 from gateway.wire.embeddings import EmbeddingRequest
@@ -35,6 +34,7 @@ from policies.stores.responses import ResponseStore
 from policies.stores.store import Store
 from policies.tenants import Principal
 from routers.decision import may_answer
+from routers.router import Router
 from routers.wordpiece import ServedEmbedder
 
 

@@ -27,10 +27,10 @@ from gateway.edge.openapi import errors, request_body
 from gateway.errors import ApiError, InvalidRequest, ServiceUnavailable
 from gateway.feedback.protocol import FeedbackRequest
 from gateway.learning.records import HITS
-from gateway.routing.sessions import Sessions
 from gateway.wire.common import parse_body
 from policies.stores.cache.storage import CacheUnavailable
 from policies.stores.feedback import RequestRecord
+from routers.live_sessions import Sessions
 
 endpoints = APIRouter(
     route_class=GatewayEndpoint, tags=["v1"], responses=errors(400, 401, 404, 409, 413, 500, 503)

@@ -57,7 +57,7 @@ class Feedback:
         return self.refitter.quality
 
     def served(self) -> ServedQuality | None:
-        """``QualitySource``: what routing reads, once per request (gateway/routing/route.py)."""
+        """``QualitySource``: what routing reads, once per request (gateway/core/route.py)."""
         return self.refitter.current
 
     def tap(self, view: RoutedView) -> Tap | None:

@@ -3,7 +3,7 @@
 A reservation counts an image, audio clip or file by its model's rule instead of by the
 bytes of its JSON (a URL is ~40 bytes; a provider bills it as up to 1,445 tokens). A priced
 model without a rule for a modality cannot be reserved for, so such parts are refused there
-(``gateway.routing.capabilities``); a model priced at zero costs nothing whatever it reads.
+(``gateway.core.capabilities``); a model priced at zero costs nothing whatever it reads.
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("wire",),  # what every wire format shares: the format contract, SSE, compat, errors
     ("guardrails",),  # PII and secrets: the request's screen, the answer's window
     ("money", "cache"),  # pricing, holds and settlement; the prompt cache's probe
-    ("routing", "learning"),  # the tier decision; the feedback loop that labels traffic
-    ("core",),  # the serving core: one run per request
+    ("learning",),  # the feedback loop that labels traffic
+    ("core",),  # the serving core: one run per request, routed by ``routers/``
     ("state",),  # the app's container: what the lifespan builds
     ("cluster",),  # policy reloads, node discovery
     ("edge",),  # HTTP: bodies, auth, the error boundary, OpenAPI, serving a format
@@ -153,6 +153,19 @@ def test_runtime_code_never_imports_offline_training() -> None:
             for line, name in imported(path):
                 if name == OFFLINE or name.startswith(OFFLINE + "."):
                     offenders.append(f"{rel}:{line} imports {name}")
+    assert offenders == []
+
+
+def test_the_tier_decision_never_imports_the_gateway() -> None:
+    """``routers/`` holds the whole tier decision, its rules and their stateful shells
+    (sessions, λ and shares from traffic) side by side, below the gateway: the core reaches
+    it through one module (``gateway/core/route.py``) and nothing there climbs back up."""
+    offenders = [
+        f"{path.relative_to(REPO)}:{line} imports {name}"
+        for path in sorted((REPO / "routers").rglob("*.py"))
+        for line, name in imported(path)
+        if name == "gateway" or name.startswith("gateway.")
+    ]
     assert offenders == []
 
 

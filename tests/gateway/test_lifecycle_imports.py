@@ -13,7 +13,7 @@ LIFECYCLE = {
     "gateway.money.hold",
     "gateway.core.serving",
     "gateway.core.serving_core",
-    "gateway.routing.route",
+    "gateway.core.route",
     "gateway.money.outcome",
     "gateway.telemetry.observe",
     "gateway.edge.respond",

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gateway.routing.objective import expected_costs
 from gateway.settings import load_effective_config
 from routers.classifier import ComplexityModel
 from routers.objective import choose
+from routers.tier_costs import expected_costs
 from tests.support import PYTHON, REPO
 from tiergate_testing.gateways import subprocess_env
 

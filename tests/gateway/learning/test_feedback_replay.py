@@ -48,7 +48,6 @@ import httpx
 import numpy as np
 import pytest
 
-from gateway.routing.objective import cost_matrix
 from policies.feedback_spec import RefitSpec
 from policies.routing_spec import ClassifierConfig
 from policies.schema import GatewayConfig
@@ -58,6 +57,7 @@ from routers.embedders import build_embedder
 from routers.features import text_features
 from routers.refit import Correction, RefittedQuality
 from routers.setup import tier_view
+from routers.tier_costs import cost_matrix
 from routers.training import datasets, equal_cost
 from routers.training.batch import cached_embed, embedding_cache_path, three_tier_set
 from routers.training.tier_sets import ANSWER_TOKENS, PRICES, chars

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gateway.routing.objective import expected_costs, prefix_costs
 from policies.loader import parse_config
 from policies.schema import GatewayConfig
 from routers.session_policy import keep_or_switch, values
+from routers.tier_costs import expected_costs, prefix_costs
 from tests.support import REPO
 
 TIERS = ("small", "medium", "large")

@@ -15,8 +15,8 @@ import httpx
 import openai
 import pytest
 
-from gateway.routing.objective import expected_costs, prefix_costs
 from policies.schema import GatewayConfig
+from routers.tier_costs import expected_costs, prefix_costs
 from tests.redis_servers import REDIS7_URL, delete_prefix, unique_root
 from tiergate_testing.configs import OTHER_KEY, TEST_KEY, fake_config
 from tiergate_testing.gateways import RunningGateway, running_gateway
@@ -335,8 +335,8 @@ async def test_the_serving_replica_is_noted_only_where_the_pool_has_a_choice() -
     import asyncio
 
     from backends.pool import EnginePool
-    from gateway.routing.sessions import Sessions
     from policies.stores.sessions import REPLICA, MemorySessionStore
+    from routers.live_sessions import Sessions
     from routers.session import SessionKey
     from routers.session_policy import SessionTurn
     from tests.backends.test_pool import replicas

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import redis
 
-from gateway.admin.session import Sessions
+from gateway.admin.session import DashboardSessions
 from policies.schema import BudgetSpec, RateLimitSpec
 from policies.stores.budget import GLOBAL_SCOPE, Reservation, Scope, tenant_scope
 from policies.stores.budget_redis import RedisBudgetStore
@@ -69,7 +69,7 @@ class Stores:
     budgets: RedisBudgetStore
     ledger: RedisLedger
     limiter: RedisRateLimiter
-    sessions: Sessions
+    sessions: DashboardSessions
     stream_cache: StreamIndexStorage
     vector_cache: VectorSetStorage
 
@@ -90,7 +90,7 @@ async def faulty(request: pytest.FixtureRequest) -> AsyncIterator[Stores]:
         budgets=RedisBudgetStore(ledger),
         ledger=ledger,
         limiter=RedisRateLimiter(owner),
-        sessions=Sessions(owner, 60),
+        sessions=DashboardSessions(owner, 60),
         stream_cache=StreamIndexStorage(cache_owner, root=owner.keys("cache"), maxlen=1000),
         vector_cache=VectorSetStorage(owner.sibling(timeout_s=0.3)),
     )

@@ -11,12 +11,12 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
-from gateway.routing.target_share import TargetShares
 from policies.routing_spec import RoutingConfig
 from policies.schema import GatewayConfig
 from policies.stores.shares import MemoryShareStore, RedisShareStore, ShareStore
 from routers.decision import tier_for_score
 from routers.score_sketch import bin_of, quantile, thresholds_for
+from routers.target_share import TargetShares
 from tests.redis_servers import REDIS7_URL, redis_store
 from tiergate_testing.configs import fake_config
 

@@ -25,20 +25,22 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
-from gateway.routing.objective import expected_costs, prefix_costs
-from gateway.routing.router import Router
-from gateway.routing.sessions import RETRIED, Opened
-from gateway.types import Ask
+from backends.base import GenerationRequest
 from policies.schema import GatewayConfig
+from policies.tenants import Principal
 from routers.batching import BatcherClosed, EmbeddingFailed
 from routers.classifier import ComplexityScore
 from routers.decision import permitted_tiers
 from routers.embedding import EmbeddingOnce, last_user_text
 from routers.features import prompt_messages
+from routers.live_sessions import RETRIED, Opened
 from routers.objective import TierChoice
+from routers.router import Router
 from routers.session import (
     Message,
+    SessionHint,
     conversation_chars,
     follow_up,
     instruction_digest,
@@ -55,9 +57,22 @@ from routers.session_policy import (
     keep_or_switch,
     movable_tiers,
 )
+from routers.tier_costs import expected_costs, prefix_costs
 from routers.tier_quality import ServedQuality
 
 log = logging.getLogger(__name__)
+
+
+class Asked(Protocol):
+    """What a turn's session is found by: who asks, what the client said of the
+    conversation, and the request (the gateway's ``Ask`` is one)."""
+
+    @property
+    def principal(self) -> Principal: ...
+    @property
+    def session(self) -> SessionHint | None: ...
+    @property
+    def generation(self) -> GenerationRequest: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +94,7 @@ class SessionPlan:
 async def plan_session(
     config: GatewayConfig,
     router: Router,
-    ask: Ask,
+    ask: Asked,
     complexity: ComplexityScore | None,
     embedding: EmbeddingOnce | None,
     served: ServedQuality | None,
@@ -170,7 +185,7 @@ async def _fresh(
 async def _later(
     config: GatewayConfig,
     router: Router,
-    ask: Ask,
+    ask: Asked,
     messages: list[Message],
     complexity: ComplexityScore,
     embedding: EmbeddingOnce | None,

@@ -9,12 +9,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from backends.pool import Replica
-from gateway.routing.objective import ObjectiveLambda
-from gateway.routing.sessions import Sessions
-from gateway.routing.target_share import TargetShares
 from policies.schema import GatewayConfig
 from routers.classifier import Classifier
 from routers.embedding import Embedder
+from routers.live_sessions import Sessions
+from routers.objective_lambda import ObjectiveLambda
+from routers.target_share import TargetShares
 from routers.tier_quality import QualitySource, ServedQuality
 
 

@@ -17,15 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from gateway.routing.objective import (
-    expected_costs,
-    objective_of,
-    prefix_costs,
-    reference_operating,
-)
 from policies.schema import GatewayConfig
-from routers.objective import route_operating
+from routers.objective import objective_of, route_operating
+from routers.objective_lambda import reference_operating
 from routers.session_replay import TASK, PlannedTurn, replay, routed_by
+from routers.tier_costs import expected_costs, prefix_costs
 
 
 def session_tiers(

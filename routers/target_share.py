@@ -15,10 +15,10 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gateway.routing.pooled_counts import PooledCounts
 from policies.routing_spec import RoutingConfig
 from policies.stores.shares import ShareStore
 from routers.decision import tier_for_score
+from routers.pooled_counts import PooledCounts
 from routers.score_sketch import bin_of, thresholds_for
 
 POLICY = "routing"  # the gateway's one routing policy; the sketch's name in the store

@@ -18,10 +18,8 @@ import time
 from dataclasses import replace
 
 from backends.base import GenerationRequest
+from gateway.core.capabilities import demands, fit_tier, shortfall, tier_support
 from gateway.errors import InvalidRequest, ModelNotFound, PermissionDenied
-from gateway.routing.capabilities import demands, fit_tier, shortfall, tier_support
-from gateway.routing.router import Router, served_quality
-from gateway.routing.session_route import SessionPlan, plan_session, record_session, session_turn
 from gateway.telemetry.timing import timed
 from gateway.types import Ask, RoutedRequest
 from policies.schema import GatewayConfig
@@ -40,7 +38,9 @@ from routers.embedding import EmbeddingOnce, last_user_text
 from routers.escalation import EscalationPlan, plan_escalation
 from routers.features import message_text, prompt_messages
 from routers.objective import TierChoice
+from routers.router import Router, served_quality
 from routers.session_policy import SessionTurn
+from routers.session_route import SessionPlan, plan_session, record_session, session_turn
 from routers.tier_quality import ServedQuality
 
 log = logging.getLogger(__name__)

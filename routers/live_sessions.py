@@ -1,7 +1,7 @@
 """Agent sessions in the gateway: the shared state, the cached prefix, the turn's signals.
 
 ``Sessions`` is built once (the lifespan) over the session store and the tier pools.
-Routing (``gateway/routing/session_route.py``) opens a request's session, prices the
+Routing (``routers/session_route.py``) opens a request's session, prices the
 prefix its tier already caches, and records the turn; the run tells it, when the turn
 ends, what the stream showed (``SessionWatch``: a tool call cut by ``length`` or one the
 engine could not form) and which replica served; ``/v1/feedback`` tells it a bad

@@ -13,12 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from gateway.routing.objective import expected_costs, objective_of, reference_operating
 from policies.schema import GatewayConfig
 from routers.classifier import ComplexityScore
 from routers.decision import tier_for_score
 from routers.features import message_text
-from routers.objective import route_operating
+from routers.objective import objective_of, route_operating
+from routers.objective_lambda import reference_operating
+from routers.tier_costs import expected_costs
 
 
 def traffic_tiers(

@@ -1,1 +1,0 @@
-"""Routing in the gateway: the tier for each request, and what it learns from traffic."""
