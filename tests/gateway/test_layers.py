@@ -156,17 +156,37 @@ def test_runtime_code_never_imports_offline_training() -> None:
     assert offenders == []
 
 
-def test_the_tier_decision_never_imports_the_gateway() -> None:
+def test_nothing_below_the_gateway_imports_it() -> None:
     """``routers/`` holds the whole tier decision, its rules and their stateful shells
-    (sessions, λ and shares from traffic) side by side, below the gateway: the core reaches
-    it through one module (``gateway/core/route.py``) and nothing there climbs back up."""
+    (sessions, λ and shares from traffic) side by side; it, the engines (``backends/``)
+    and the config and stores (``policies/``) sit below the gateway and import none of
+    it: the core reaches the tier decision through one module (``gateway/core/route.py``)
+    and nothing climbs back up."""
     offenders = [
         f"{path.relative_to(REPO)}:{line} imports {name}"
-        for path in sorted((REPO / "routers").rglob("*.py"))
+        for root in ("routers", "backends", "policies")
+        for path in sorted((REPO / root).rglob("*.py"))
         for line, name in imported(path)
         if name == "gateway" or name.startswith("gateway.")
     ]
     assert offenders == []
+
+
+MAX_LINES = 400
+
+
+def test_no_module_is_over_400_lines() -> None:
+    """A module a reader takes in whole (STYLE.md): the product, the bench and the test
+    support; a test module may run longer, one scenario after another."""
+    roots = ("gateway", "routers", "backends", "policies", "bench", "tiergate_testing")
+    long = [
+        f"{path.relative_to(REPO)}: {n} lines"
+        for root in roots
+        for path in sorted((REPO / root).rglob("*.py"))
+        if not any(part.startswith(".") for part in path.relative_to(REPO).parts)  # venvs
+        and (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    ]
+    assert long == []
 
 
 def test_policy_config_never_imports_the_stores() -> None:
