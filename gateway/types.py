@@ -60,37 +60,36 @@ class Ask:
     include_usage: bool
     cache_control: str | None = None  # the request's ``Cache-Control`` header
     forced_tier: str | None = None  # the request's ``x-tiergate-tier`` header
-    metadata: Mapping[str, str] | None = None  # the client's annotation: ledger and trace
+    metadata: Mapping[str, str] | None = None  # the client's, for ledger and trace (None, not {})
     priority: Priority = "interactive"  # "batch": a batch line (batch prices, spare slots)
     session: SessionHint | None = None  # what the client says of its conversation
+
+    @property
+    def request_id(self) -> str:
+        return self.generation.request_id
 
 
 @dataclass(frozen=True, slots=True)
 class RoutedRequest:
-    """The request as routing left it; ``generation`` is the wire format's, unchanged."""
+    """The request as routing left it: the ``Ask`` it routed, whole (the engine request is
+    built from ``ask.generation`` at dispatch; nothing after routing changes it), and what
+    routing added to it."""
 
     config: GatewayConfig  # the snapshot taken at admission, for the whole request
-    request_id: str
+    ask: Ask  # as the guard left it (``gateway.guardrails.screen``)
     created: int
-    principal: Principal
-    requested_model: str
     decision: TierDecision
-    generation: GenerationRequest
-    stream: bool
-    include_usage: bool
     embedding: EmbeddingOnce | None = None  # one per request: cache and classifier share it
     complexity: ComplexityScore | None = None
     classify_s: float | None = None  # how long the classification took, when it ran
     quality_model: ServedQuality | None = None  # None: the classifier's own per-tier model
-    metadata: Mapping[str, str] | None = None  # the client's annotation (no engine sees it)
-    priority: Priority = "interactive"  # the pool schedules by it; a batch line pays batch prices
+    session: SessionTurn | None = None  # ``auto`` under ``routing.sessions``: its session
+    escalation: EscalationPlan | None = None  # the cheaper tier answers first (``auto``)
 
     @property
     def batch(self) -> bool:
-        return self.priority == "batch"
-
-    session: SessionTurn | None = None  # ``auto`` under ``routing.sessions``: its session
-    escalation: EscalationPlan | None = None  # the cheaper tier answers first (``auto``)
+        """A batch line: the pool schedules it in spare slots; it pays batch prices."""
+        return self.ask.priority == "batch"
 
     @property
     def tier(self) -> str:

@@ -45,7 +45,7 @@ def ask_for(principal: Principal, turn: Turn, options: Options) -> Ask:
         include_usage=turn.include_usage,
         cache_control=options.cache_control,
         forced_tier=options.forced_tier,
-        metadata=turn.metadata,
+        metadata=turn.metadata or None,
         priority=options.priority,
         session=options.session or turn.session,
     )

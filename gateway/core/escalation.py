@@ -136,7 +136,7 @@ async def _attempt(run: Run, plan: EscalationPlan) -> HeldAnswer:
     """The cheap tier's whole answer, asked with log-probabilities. Raises the run's
     timeout at the request's deadline; a cancelled request aborts it."""
     config, cheap = run.config, plan.cheap
-    asked = run.routed.generation.logprobs  # else they are the judge's, not the client's
+    asked = run.routed.ask.generation.logprobs  # else they are the judge's, not the client's
     request = replace(run._engine_request(run.decision.moved(cheap, "")), logprobs=True)
     info = StreamInfo()
     stream = run.pools[cheap].stream(request, info, held=run._held(cheap))

@@ -111,20 +111,13 @@ async def route(
     escalation, decision = _escalation(config, router, ask, decision)
     return RoutedRequest(
         config=config,
-        request_id=build.request_id,
+        ask=ask,  # the engine request is built from its generation at dispatch (``Run``)
         created=int(time.time()),
-        principal=ask.principal,
-        requested_model=ask.requested_model,
         decision=decision,
-        generation=build,  # the engine request is built from it at dispatch (``Run``)
-        stream=ask.stream,
-        include_usage=ask.include_usage,
         embedding=embedding,
         complexity=complexity,
         classify_s=classify_s,
         quality_model=served,
-        metadata=ask.metadata or None,
-        priority=ask.priority,
         session=session,
         escalation=escalation,
     )

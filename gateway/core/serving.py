@@ -64,7 +64,7 @@ class Run:
         self.pools = pools
         self.metrics = metrics
         self.decision = decision = routed.decision  # moved only by ``_move``
-        model = decision.pinned_model or routed.generation.model
+        model = decision.pinned_model or routed.ask.generation.model
         self.progress = Progress(decision.tier, model, decision.trail)
         self.outcome: Outcome | None = None
         self.hold = Hold.for_generation(money, routed)
@@ -83,12 +83,12 @@ class Run:
         self._fed = False
         # routing.sessions: what the turn's stream shows, told to its session at the end
         self.sessions = sessions if routed.session is not None else None
-        self._watch = SessionWatch(bool(routed.generation.tools)) if self.sessions else None
+        self._watch = SessionWatch(bool(routed.ask.generation.tools)) if self.sessions else None
         self.guard = guard  # guardrails: the answer's window, local tiers only, restore
 
     @property
     def request_id(self) -> str:
-        return self.routed.request_id
+        return self.routed.ask.request_id
 
     @property
     def created(self) -> int:
@@ -101,7 +101,7 @@ class Run:
 
     @property
     def include_usage(self) -> bool:
-        return self.routed.include_usage
+        return self.routed.ask.include_usage
 
     @property
     def session_id(self) -> str | None:
@@ -200,12 +200,13 @@ class Run:
         model that tier's pool may pick (the hold's run cap)."""
         cap = self.hold.run_cap(decision.tier, decision.pinned_model)
         self.progress.run_cap = cap
-        generation = self.routed.generation
+        ask = self.routed.ask
+        generation = ask.generation
         return replace(
             generation,
             model=decision.pinned_model or generation.model,
-            whole=not self.routed.stream,
-            priority=self.routed.priority,
+            whole=not ask.stream,
+            priority=ask.priority,
             sampling=replace(generation.sampling, max_tokens=cap),
         )
 
@@ -360,7 +361,7 @@ class Run:
         what is known when a stream starts."""
         seen = self.outcome if self.outcome is not None else self.progress
         headers = {
-            "x-request-id": self.routed.request_id,
+            "x-request-id": self.request_id,
             "x-tiergate-tier": seen.tier,
             "x-tiergate-model": seen.model,
             "x-tiergate-cache": seen.cache,
@@ -377,7 +378,7 @@ class Run:
         if seen.downgraded_from is not None:
             headers["x-tiergate-downgraded"] = f"{seen.downgraded_from}->{seen.tier}"
         headers.update(escalation.headers(seen))
-        if self.outcome is not None and not self.routed.stream:
+        if self.outcome is not None and not self.routed.ask.stream:
             headers["x-tiergate-cost-usd"] = f"{self.outcome.cost_usd:.8f}"
         timer = current_timer()
         if timer is not None:

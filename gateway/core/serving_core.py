@@ -82,7 +82,7 @@ class ServingCore:
         cached = found is not None and found.response is not None
         routed = await route(self.config, parts.router, ask, embedding, cached=cached)
         if guard is not None and guard.local:
-            routed = keep_local(routed, ask, guard)
+            routed = keep_local(routed, guard)
         return Run(
             routed,
             probe,
@@ -103,7 +103,7 @@ class ServingCore:
         embedding = embedding_of(self.parts.router, ask.generation)
         routed = await route(self.config, self.parts.router, ask, embedding, explain=True)
         if guard is not None and guard.local:
-            routed = keep_local(routed, ask, guard)
+            routed = keep_local(routed, guard)
         return routed
 
     async def embed(

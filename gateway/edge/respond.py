@@ -56,7 +56,7 @@ def core_headers(headers: Mapping[str, str]) -> Options:
 async def respond(request: Request, run: Run, exchange: Exchange) -> Response:
     """The run as the format's response, with the hints it carried named."""
     hints = exchange.turn.compat.headers().items()
-    if run.routed.stream:
+    if run.routed.ask.stream:
         return await stream_response(run, exchange, hints)
     try:
         text, final = await until_disconnect(request, collect(run))

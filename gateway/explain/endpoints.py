@@ -67,7 +67,7 @@ async def explain_route(request: Request, call: TenantDep) -> Response:
     complexity = routed.complexity
     answer = {
         "object": "tiergate.route",
-        "requested_model": routed.requested_model,
+        "requested_model": routed.ask.requested_model,
         "tier": routed.tier,
         "model": routed.decision.pinned_model or config.engines[tier.engines[0]].model,
         "score": None if complexity is None else complexity.score,

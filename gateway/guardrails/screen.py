@@ -76,11 +76,11 @@ def _screened(ask: Ask, redactor: Redactor) -> Ask:
     return replace(ask, generation=changed, metadata=metadata)
 
 
-def keep_local(routed: RoutedRequest, ask: Ask, guard: RequestGuard) -> RoutedRequest:
+def keep_local(routed: RoutedRequest, guard: RequestGuard) -> RoutedRequest:
     """A ``local`` request on an in-process tier: ``auto``'s choice is moved to the
     nearest one the tenant may use; a tier the client forced or a model it named that
     is remote is refused (400 guardrail_no_local_tier)."""
-    config, tier = routed.config, routed.decision.tier
+    config, tier, ask = routed.config, routed.decision.tier, routed.ask
     if not guard.local or in_process(config, tier):
         return routed
     if ask.forced_tier is not None or ask.requested_model != "auto":

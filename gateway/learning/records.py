@@ -17,13 +17,11 @@ from typing import Protocol
 
 import numpy as np
 
-from backends.base import GenerationRequest
-from gateway.types import Outcome
+from gateway.types import Ask, Outcome
 from policies.feedback_spec import FeedbackConfig
 from policies.schema import GatewayConfig
 from policies.stores.feedback import FeedbackStore, RequestRecord
 from policies.stores.store import StoreUnavailable
-from policies.tenants import Principal
 from routers.classifier import ComplexityScore
 from routers.embedding import EmbeddingOnce, last_user_text
 from routers.features import FEATURES
@@ -41,13 +39,7 @@ class RoutedView(Protocol):
     @property
     def config(self) -> GatewayConfig: ...
     @property
-    def request_id(self) -> str: ...
-    @property
-    def principal(self) -> Principal: ...
-    @property
-    def requested_model(self) -> str: ...
-    @property
-    def generation(self) -> GenerationRequest: ...
+    def ask(self) -> Ask: ...
     @property
     def embedding(self) -> EmbeddingOnce | None: ...
     @property
@@ -66,18 +58,18 @@ def routing_inputs(view: RoutedView) -> tuple[bytes | None, tuple[float, ...] | 
 
 def build_record(view: RoutedView, outcome: Outcome, entry_id: str | None = None) -> RequestRecord:
     vector, features = routing_inputs(view)
-    query = None
+    ask, query = view.ask, None
     if outcome.cache in HITS:
-        generation = view.generation
+        generation = ask.generation
         text = last_user_text(generation.messages) if generation.messages else generation.prompt
         query = (text or "")[:MAX_QUERY_CHARS]
     return RequestRecord(
-        request_id=view.request_id,
-        tenant=view.principal.tenant,
-        key_id=view.principal.key_id,
+        request_id=ask.request_id,
+        tenant=ask.principal.tenant,
+        key_id=ask.principal.key_id,
         tier=outcome.tier,
         model=outcome.model,
-        requested_model=view.requested_model,
+        requested_model=ask.requested_model,
         cache=outcome.cache,
         entry_id=entry_id,
         query_text=query,

@@ -62,7 +62,7 @@ class Feedback:
 
     def tap(self, view: RoutedView) -> Tap | None:
         spec = view.config.routing.feedback
-        return self.sampler.tap(spec, view.requested_model, view.complexity is not None)
+        return self.sampler.tap(spec, view.ask.requested_model, view.complexity is not None)
 
     def finished(
         self, view: RoutedView, outcome: Outcome, tap: Tap | None, entry_id: str | None = None
@@ -83,7 +83,7 @@ class Feedback:
         try:
             await judge_pair(self.desk, self.store, self.judge, self.counters, view, outcome, text)
         except Exception:  # a shadow must never take anything down: log it and go on
-            log.exception("feedback shadow of %s failed", view.request_id)
+            log.exception("feedback shadow of %s failed", view.ask.request_id)
         finally:
             self.sampler.release()
 

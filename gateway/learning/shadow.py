@@ -57,12 +57,13 @@ async def judge_pair(
     if spec is None or outcome.tier not in config.tiers:
         return None
     tiers = list(config.tiers)
-    other = shadow_tier(tiers, outcome.tier, view.request_id)
-    generation = view.generation
+    ask = view.ask
+    other = shadow_tier(tiers, outcome.tier, ask.request_id)
+    generation = ask.generation
     cap = min(generation.sampling.max_tokens or spec.max_tokens, spec.max_tokens)
     shadow_request = replace(
         generation,
-        request_id=f"{view.request_id}-shadow",
+        request_id=f"{ask.request_id}-shadow",
         model=other,
         sampling=replace(generation.sampling, max_tokens=cap),
         whole=True,
@@ -78,7 +79,7 @@ async def judge_pair(
         return None
     cheaper, reference = sorted((served, shadow), key=lambda a: tiers.index(a.tier))
     messages = generation.messages or tuple(prompt_messages(generation.prompt or ""))
-    verdict = await judge.judge(JudgeCase(view.request_id, messages, cheaper, reference, config))
+    verdict = await judge.judge(JudgeCase(ask.request_id, messages, cheaper, reference, config))
     if verdict is None:
         counters.failed += 1
         return None
@@ -86,14 +87,14 @@ async def judge_pair(
     try:
         now = await store.now()
         label = Label(
-            request_id=view.request_id,
+            request_id=ask.request_id,
             tier=cheaper.tier,
             acceptable=verdict.acceptable,
             source="judge",
             vector=vector,
             features=features,
             ts=now,
-            tenant=view.principal.tenant,
+            tenant=ask.principal.tenant,
             reference_tier=reference.tier,
             cost_usd=cheaper.cost_usd,
             reference_cost_usd=reference.cost_usd,
@@ -110,7 +111,7 @@ async def judge_pair(
             )
             await store.add_label(other_label, spec.max_labels, spec.label_ttl_days * 86_400)
     except StoreUnavailable as exc:
-        log.warning("a judge's label of %s was lost: %s", view.request_id, exc)
+        log.warning("a judge's label of %s was lost: %s", ask.request_id, exc)
         counters.failed += 1
         return None
     counters.labelled += 1

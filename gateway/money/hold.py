@@ -100,10 +100,9 @@ class Ticket:
 
 
 class Admitted(Protocol):
-    """What settlement needs of a request: a ``RoutedRequest``, or an embeddings call."""
+    """What settlement needs of a request (its config snapshot comes beside it): a
+    generation's ``Ask``, an embeddings call or an MCP tool call."""
 
-    @property
-    def config(self) -> GatewayConfig: ...
     @property
     def request_id(self) -> str: ...
     @property
@@ -159,27 +158,27 @@ class Hold:
         one candidate first; then its tier's worst case (the router's tier alone, no
         escalation), then (a ``downgrade`` tenant) the cheaper tiers it may be moved to,
         most capable first."""
-        config, decision = routed.config, routed.decision
+        config, decision, ask = routed.config, routed.decision, routed.ask
         worst, rate_tokens = admission_worst(
             config,
-            routed.generation,
+            ask.generation,
             decision.tier,
-            routed.principal.policy,
+            ask.principal.policy,
             decision.pinned_model,
             routed.batch,
         )
         plan = routed.escalation
         if plan is not None:
-            both = escalation_worst(config, routed.generation, decision.tier, plan.cheap, plan.then)
+            both = escalation_worst(config, ask.generation, decision.tier, plan.cheap, plan.then)
             worst = [both, *worst]
             rate_tokens += both.prompt_tokens + both.completion_tokens  # the cheap attempt
-        return cls(money, config, routed, worst, rate_tokens)
+        return cls(money, config, ask, worst, rate_tokens)
 
     async def open(self) -> Ticket:
         """Rate limits, then one reservation; raises the refusal (``RateLimited``,
         ``InsufficientQuota``, ``ServiceUnavailable``: ``refusal`` names it for the
         request's ``Outcome``). Nothing is held after a refusal."""
-        ticket = await admit_worst(self.money, self.call, self.worst, self.rate_tokens)
+        ticket = await admit_worst(self.money, self.config, self.call, self.worst, self.rate_tokens)
         self.ticket = ticket
         reservation = ticket.held.reservation
         self._heartbeat = keep_alive(self.money.budgets, self.config, reservation)
@@ -203,7 +202,7 @@ class Hold:
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         if self._settling is None:
-            self._settling = settle_later(self.money, self.call, self.ticket, outcome)
+            self._settling = settle_later(self.money, self.config, self.call, self.ticket, outcome)
         if self._settling is not None:
             await asyncio.shield(self._settling)
 
@@ -278,6 +277,7 @@ async def _check_rate(
 
 async def admit_worst(
     money: Money,
+    config: GatewayConfig,
     call: Admitted,
     worst: Sequence[WorstCase],
     rate_tokens: int,
@@ -285,7 +285,7 @@ async def admit_worst(
     """Rate limits (``rate_tokens`` against tokens-per-minute), then one reservation for
     the first of ``worst`` that fits; the first one is what was asked for. Raises the
     refusal (``RateLimited``, ``InsufficientQuota``, ``ServiceUnavailable``)."""
-    config, principal, request_id = call.config, call.principal, call.request_id
+    principal, request_id = call.principal, call.request_id
     headers = await _check_rate(money.limiter, principal, request_id, rate_tokens)
     held = await reserve_best_tier(config, money.budgets, principal, request_id, worst)
     if isinstance(held, Denied):
@@ -310,42 +310,44 @@ async def admit_worst(
     return Ticket(held, worst[0].tier, prompt_upper, rate_tokens, tuple(headers.items()))
 
 
-async def settle(money: Money, routed: Admitted, ticket: Ticket, outcome: Concluded) -> None:
+async def settle(
+    money: Money, config: GatewayConfig, call: Admitted, ticket: Ticket, outcome: Concluded
+) -> None:
     """Charge the outcome's cost against the reservation and append its ledger event."""
-    metadata = bounded_metadata(routed.metadata, routed.config.ledger.metadata_bytes)
-    event = outcome.ledger_event(routed.request_id, routed.principal, ticket.downgraded, metadata)
+    metadata = bounded_metadata(call.metadata, config.ledger.metadata_bytes)
+    event = outcome.ledger_event(call.request_id, call.principal, ticket.downgraded, metadata)
     reservation = ticket.held.reservation
     # What the store refuses now is journaled and settled once it is back, never lost.
     if reservation is None:  # failed open: no hold, but the counters still get the spend
-        scopes = budget_scopes(routed.config, routed.principal)
-        await money.journal.charge(routed.request_id, scopes, outcome.cost_usd, event)
+        scopes = budget_scopes(config, call.principal)
+        await money.journal.charge(call.request_id, scopes, outcome.cost_usd, event)
     else:
         await money.journal.settle(reservation, outcome.cost_usd, event)
     if ticket.headers:
-        await correct_tokens(money.limiter, routed, ticket.rate_tokens, outcome.rate_tokens)
+        await correct_tokens(money.limiter, call, ticket.rate_tokens, outcome.rate_tokens)
 
 
-async def correct_tokens(
-    limiter: RateLimiter, routed: Admitted, estimated: int, actual: int
-) -> None:
+async def correct_tokens(limiter: RateLimiter, call: Admitted, estimated: int, actual: int) -> None:
     """Count the request's real tokens against tokens-per-minute instead of its estimate."""
-    scopes = [s for s in rate_scopes(routed.principal) if s.spec.tokens_per_minute is not None]
+    scopes = [s for s in rate_scopes(call.principal) if s.spec.tokens_per_minute is not None]
     if not scopes:
         return
     try:
-        await limiter.correct(routed.request_id, scopes, estimated, actual)
+        await limiter.correct(call.request_id, scopes, estimated, actual)
     except StoreUnavailable as exc:
-        log.warning("could not correct the token count of %s: %s", routed.request_id, exc)
+        log.warning("could not correct the token count of %s: %s", call.request_id, exc)
 
 
-async def record_denied(ledger: Ledger, routed: Admitted, outcome: Concluded) -> None:
+async def record_denied(
+    ledger: Ledger, config: GatewayConfig, call: Admitted, outcome: Concluded
+) -> None:
     """A refused request's ledger event (``kind="denied"``, the reason as its status)."""
     try:
         await ledger.record(
             outcome.denial_event(
-                routed.request_id,
-                routed.principal,
-                bounded_metadata(routed.metadata, routed.config.ledger.metadata_bytes),
+                call.request_id,
+                call.principal,
+                bounded_metadata(call.metadata, config.ledger.metadata_bytes),
             )
         )
     except StoreUnavailable as exc:
@@ -353,27 +355,31 @@ async def record_denied(ledger: Ledger, routed: Admitted, outcome: Concluded) ->
 
 
 def settle_later(
-    money: Money, routed: Admitted, ticket: Ticket | None, outcome: Concluded
+    money: Money,
+    config: GatewayConfig,
+    call: Admitted,
+    ticket: Ticket | None,
+    outcome: Concluded,
 ) -> asyncio.Task[None] | None:
     """Settle ``ticket`` (or record the refusal in ``outcome.denied``) in a task of its own,
     held in ``money.background`` so that a request cancelled meanwhile still settles; None
     when there is nothing to settle. The task never raises."""
     if ticket is None and outcome.denied is None:
         return None
-    task = asyncio.ensure_future(_settle_logged(money, routed, ticket, outcome))
+    task = asyncio.ensure_future(_settle_logged(money, config, call, ticket, outcome))
     money.background.add(task)
     task.add_done_callback(money.background.discard)
     return task
 
 
 async def _settle_logged(
-    money: Money, routed: Admitted, ticket: Ticket | None, outcome: Concluded
+    money: Money, config: GatewayConfig, call: Admitted, ticket: Ticket | None, outcome: Concluded
 ) -> None:
     try:
         with timed("budget.settle"):
             if ticket is not None:
-                await settle(money, routed, ticket, outcome)
+                await settle(money, config, call, ticket, outcome)
             else:
-                await record_denied(money.ledger, routed, outcome)
+                await record_denied(money.ledger, config, call, outcome)
     except Exception:  # any failure: log it; it must never turn an answer into a 500
-        log.exception("settling %s failed", routed.request_id)
+        log.exception("settling %s failed", call.request_id)

@@ -21,23 +21,24 @@ if TYPE_CHECKING:
 
 
 def operation(routed: RoutedRequest) -> str:
-    return "chat" if routed.generation.messages is not None else "text_completion"
+    return "chat" if routed.ask.generation.messages is not None else "text_completion"
 
 
 def request_attributes(routed: RoutedRequest) -> dict[str, AttributeValue]:
-    sampling = routed.generation.sampling
+    ask = routed.ask
+    sampling = ask.generation.sampling
     attributes: dict[str, AttributeValue] = {
         "gen_ai.operation.name": operation(routed),
-        "gen_ai.request.model": routed.requested_model,
-        "gen_ai.response.id": routed.request_id,
-        "tiergate.tenant": routed.principal.tenant,
+        "gen_ai.request.model": ask.requested_model,
+        "gen_ai.response.id": ask.request_id,
+        "tiergate.tenant": ask.principal.tenant,
         "tiergate.tier": routed.tier,
     }
     if routed.decision.score is not None:
         attributes["tiergate.complexity"] = routed.decision.score
     if routed.batch:
-        attributes["tiergate.priority"] = routed.priority
-    for key, tag in (routed.metadata or {}).items():  # the client's annotation
+        attributes["tiergate.priority"] = ask.priority
+    for key, tag in (ask.metadata or {}).items():  # the client's annotation
         attributes[f"tiergate.metadata.{key}"] = tag
     for name, value in (
         ("gen_ai.request.max_tokens", sampling.max_tokens),
@@ -55,7 +56,7 @@ def begin(trace: RequestTrace, routed: RoutedRequest) -> None:
     if not trace.recording:
         return
     attributes = request_attributes(routed)
-    trace.rename(f"{operation(routed)} {routed.requested_model}")
+    trace.rename(f"{operation(routed)} {routed.ask.requested_model}")
     trace.set(attributes)
 
 
@@ -98,7 +99,7 @@ def finish(
     outcome: Outcome,
 ) -> None:
     """Record the finished request (metrics) and close its generation span."""
-    record(metrics, routed.principal.tenant, outcome, operation(routed))
+    record(metrics, routed.ask.principal.tenant, outcome, operation(routed))
     usage, status = outcome.usage, outcome.status
     if not trace.recording:
         return

@@ -32,7 +32,6 @@ MODEL = "fake-small"  # 0.1 USD per million input tokens
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    config: GatewayConfig
     request_id: str
     principal: Principal
     metadata: Mapping[str, str] | None = None
@@ -53,7 +52,7 @@ class Fixture:
     principal: Principal
 
     def hold(self, usd: float, tokens: int, rid: str = "") -> Hold:
-        call = Call(self.config, rid or f"req-{os.urandom(4).hex()}", self.principal)
+        call = Call(rid or f"req-{os.urandom(4).hex()}", self.principal)
         worst = [WorstCase("small", usd, tokens, 0)]
         return Hold(self.money, self.config, call, worst, tokens)
 
