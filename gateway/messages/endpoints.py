@@ -16,17 +16,17 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.core.entrance import Options, ask_for, tier_only
+from gateway.core.entrance import ask_for, tier_only
 from gateway.edge.deps import TenantDep
 from gateway.edge.family import Family
 from gateway.edge.http import TracedEndpoint, read_body
 from gateway.edge.openapi import MESSAGES_ERRORS, request_body
 from gateway.edge.respond import core_headers, serve
 from gateway.messages.protocol import CountTokensRequest, MessagesRequest
-from gateway.messages.render import MESSAGES, beta_hints
-from gateway.messages.translate import to_generation
+from gateway.messages.render import MESSAGES, translate
 from gateway.money.spend import prompt_upper_tokens
 from gateway.wire.common import parse_body
+from gateway.wire.format import Caller
 
 PATH = "/v1/messages"  # served in the MESSAGES format (``FAMILY.formats``)
 endpoints = APIRouter(route_class=TracedEndpoint, tags=["v1"], responses=MESSAGES_ERRORS)
@@ -44,19 +44,19 @@ async def create_message(request: Request, call: TenantDep) -> Response:
 )
 async def count_tokens(request: Request, call: TenantDep) -> Response:
     """The prompt's tokens as the budget counts them before a request runs (an upper
-    estimate on the tier the request would be routed to); nothing runs, nothing is
-    charged, nothing is cached."""
+    estimate on the tier the request would be routed to: translated as ``/v1/messages``
+    translates it, with the same headers, so a forced tier and a session count as they
+    would route); nothing runs, nothing is charged, nothing is cached."""
     core, principal = call.core, call.principal
     config = core.config
     raw = await read_body(request, config.server.max_body_bytes, config.server.header_timeout_s)
     body = parse_body(CountTokensRequest, raw).as_request()
-    turn = to_generation(body, principal.policy.compat)
-    forced = Options(forced_tier=core_headers(request.headers).forced_tier)
-    ask = ask_for(principal, tier_only(body.model, turn.generation), forced)
+    turn = translate(body, Caller(principal, config, request.headers, core.parts.responses))
+    only = tier_only(turn.model, turn.generation, turn.session)
+    ask = ask_for(principal, only, core_headers(request.headers))
     routed = await core.route(ask)  # no cache lookup; not traffic
     tokens = prompt_upper_tokens(config, turn.generation, routed.tier)
-    hints = turn.compat.merged(beta_hints(request.headers)).headers()
-    headers = {"x-tiergate-tier": routed.tier, **hints}
+    headers = {"x-tiergate-tier": routed.tier, **turn.compat.headers()}
     return Response(
         orjson.dumps({"input_tokens": tokens}), media_type="application/json", headers=headers
     )

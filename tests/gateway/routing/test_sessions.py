@@ -267,6 +267,28 @@ def test_a_retried_turn_escalates(gateway: RunningGateway) -> None:
     assert "stays on" in shown["session"]["reason"]
 
 
+def test_count_tokens_counts_on_the_tier_its_session_routes_to(gateway: RunningGateway) -> None:
+    """``count_tokens`` reads the headers the real request is routed by: an
+    ``x-session-id`` session that has moved up counts (and answers) on its tier."""
+    named = {"x-session-id": "count-tokens-session"}
+    messages = opening(task="Say hello in Spanish and run the tests (count case).")
+    tier = chat(gateway.base_url, messages, extra_headers=named).headers["x-tiergate-tier"]
+    assert tier != "large", "the session must be able to move up"
+    again = chat(gateway.base_url, messages, extra_headers=named)  # retried: one tier up
+    assert again.headers["x-tiergate-tier"] == TIERS[TIERS.index(tier) + 1]
+    client = anthropic.Anthropic(base_url=gateway.base_url, api_key=TEST_KEY, max_retries=0)
+    turn: Any = [{"role": "user", "content": "Now list the files, please."}]
+    counted = client.messages.with_raw_response.count_tokens(
+        model="auto", system=SYSTEM, messages=turn, extra_headers=named
+    )
+    assert counted.headers["x-tiergate-tier"] == again.headers["x-tiergate-tier"]
+    real = client.messages.with_raw_response.create(
+        model="auto", system=SYSTEM, max_tokens=16, messages=turn, extra_headers=named
+    )
+    assert real.headers["x-tiergate-tier"] == counted.headers["x-tiergate-tier"]
+    assert session_of(real) == session_of(again)
+
+
 def test_a_bad_verdict_escalates(gateway: RunningGateway) -> None:
     messages, tier, raw = started(gateway, "Say hello in Spanish and run the tests (verdict case).")
     answer = httpx.post(
