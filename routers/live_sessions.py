@@ -1,4 +1,4 @@
-"""Agent sessions in the gateway: the shared state, the cached prefix, the turn's signals.
+"""Agent sessions as the replicas share them: the state, the cached prefix, the turn's signals.
 
 ``Sessions`` is built once (the lifespan) over the session store and the tier pools.
 Routing (``routers/session_route.py``) opens a request's session, prices the

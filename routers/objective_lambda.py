@@ -1,4 +1,4 @@
-"""``routing.objective`` in the gateway: λ from the trade-offs of recent traffic.
+"""``routing.objective`` across replicas: λ from the trade-offs of recent, pooled traffic.
 
 Each classified ``auto`` request adds its per-tier expected quality and cost, as the λ
 breakpoints of ``routers.objective.steps``, to this replica's pending sketch

@@ -1,6 +1,6 @@
 """What routing uses, built once at startup (``Router``), and the per-tier model one
-request routes by. ``route`` and ``session_route`` both read it; neither imports the other
-for it."""
+request routes by. The core's ``route()`` (``gateway/core/route.py``) and
+``session_route`` both read it; neither imports the other for it."""
 
 from __future__ import annotations
 
